@@ -1,0 +1,28 @@
+"""tfxformer: the Transformer of "Attention Is All You Need" for TensorFlow/Keras."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="tfxformer",
+    version="0.1.0",
+    description="The Transformer (Vaswani et al., 2017) for machine translation in TF/Keras",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=["tfxformer", "tfxformer.*"]),
+    install_requires=[
+        "tensorflow==2.21.*",
+        # TF Serving 2.21 links tensorflow-text 2.21: keep them on the same minor version.
+        "tensorflow-text==2.21.*",
+        "keras>=3.12,<4",
+        "keras-nlp==0.32.*",
+        "tensorflow-datasets==4.9.*",
+        "sacrebleu==2.6.*",
+        "sentencepiece==0.2.*",
+        "matplotlib>=3.8,<4",
+        "tqdm>=4.66,<5",
+    ],
+    extras_require={
+        "test": ["pytest>=8,<10", "hypothesis>=6.100,<7", "ruff>=0.6"],
+    },
+)

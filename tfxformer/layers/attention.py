@@ -1,0 +1,181 @@
+"""Scaled dot-product and multi-head attention (§3.2.1, §3.2.2)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+# Logit given to illegal connections before the softmax. The softmax runs in float32,
+# where -1e9 is finite; it is never cast to float16/bfloat16, so it cannot become -inf.
+MASKED_LOGIT = -1e9
+
+
+def _validate_mask(mask, name: str, rank: int, expected: str):
+    if mask is None:
+        return None
+    if mask.dtype != tf.bool:
+        raise ValueError(f"`{name}` must be a bool tensor (True = may attend), got {mask.dtype}.")
+    if mask.shape.rank is not None and mask.shape.rank != rank:
+        raise ValueError(f"`{name}` must have shape {expected}, got shape {mask.shape}.")
+    return mask
+
+
+@keras.saving.register_keras_serializable(package="tfxformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product attention (§3.2.1–3.2.2).
+
+    "Attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d_k)) V" (Eq. 1), computed in `num_heads`
+    heads of size d_k = d_v = d_model / h, concatenated and projected by W_O:
+    "MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O" (§3.2.2).
+
+    Masks are bool, True = may attend. Illegal connections get a logit of -1e9 before a
+    float32 softmax ("setting to −∞ all values in the input of the softmax", §3.2.3),
+    so the result stays finite under float16/bfloat16 mixed precision, and a fully
+    masked row gives uniform weights instead of NaN.
+
+    Departures from the paper (options, off by default): dropout on the attention
+    weights (`dropout`), as in tensor2tensor.
+
+    Args:
+        num_heads: h, the number of heads.
+        d_model: model width D; inferred from the query at build time when None. Must
+            be divisible by `num_heads`.
+        dropout: dropout rate on the attention weights (default 0, as in the paper).
+        use_bias: whether the Q, K, V and output projections have biases.
+
+    Call arguments:
+        query: (B, T, D).
+        value: (B, S, D); keys and values are projected from it (and from `key` if given).
+        key: optional (B, S, D), defaults to `value`.
+        padding_mask: optional (B, S) bool, True for real key positions.
+        attention_mask: optional (B or 1, T or 1, S) bool, True where query t may attend
+            key s (e.g. a causal mask).
+        cache: optional dict {"key": (B, H, L, K), "value": (B, H, L, K)} of projected
+            keys and values. With `cache_index` (a scalar) the keys/values projected from
+            `value` are written into the cache at positions [cache_index, cache_index + S)
+            and attention runs over all L cached positions (incremental self-attention;
+            mask the unwritten ones). Without `cache_index` the cache is used as is and
+            `value` is ignored (cross-attention over a precomputed memory).
+        return_attention_scores: also return the (B, H, T, S) attention weights.
+
+    Returns:
+        (B, T, D) output; then the weights if `return_attention_scores`; then the new
+        cache if `cache` was given (as a tuple when more than one is returned).
+
+    Example:
+    >>> mha = MultiHeadAttention(num_heads=2)
+    >>> x = tf.random.normal((3, 5, 8))
+    >>> mha(x, x, padding_mask=tf.ones((3, 5), bool)).shape
+    TensorShape([3, 5, 8])
+    """
+
+    def __init__(self, num_heads, d_model=None, dropout=0.0, use_bias=True, **kwargs):
+        super().__init__(**kwargs)
+        if int(num_heads) < 1:
+            raise ValueError(f"`num_heads` must be a positive integer, got {num_heads}.")
+        self.num_heads = int(num_heads)
+        self.d_model = None if d_model is None else int(d_model)
+        self.dropout = float(dropout)
+        self.use_bias = bool(use_bias)
+        self.attention_dropout = keras.layers.Dropout(self.dropout)
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        d_model = self.d_model or int(query_shape[-1])
+        if d_model % self.num_heads:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={self.num_heads}."
+            )
+        self.d_model = d_model
+        self.head_dim = d_model // self.num_heads
+        init = keras.initializers.GlorotUniform()
+        for name in ("query", "key", "value", "output"):
+            setattr(self, f"{name}_kernel", self.add_weight(
+                name=f"{name}_kernel", shape=(d_model, d_model), initializer=init))
+            if self.use_bias:
+                setattr(self, f"{name}_bias", self.add_weight(
+                    name=f"{name}_bias", shape=(d_model,), initializer="zeros"))
+        self.built = True
+
+    def _project(self, x, name):
+        y = tf.matmul(x, tf.cast(getattr(self, f"{name}_kernel"), x.dtype))
+        if self.use_bias:
+            y = y + tf.cast(getattr(self, f"{name}_bias"), x.dtype)
+        return y
+
+    def _split_heads(self, x):  # (B, T, D) -> (B, H, T, K)
+        shape = tf.shape(x)
+        x = tf.reshape(x, [shape[0], shape[1], self.num_heads, self.head_dim])
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    def project_key_value(self, value, key=None):
+        """Projects a memory once into the {"key", "value"} cache used by cross-attention."""
+        key = value if key is None else key
+        return {
+            "key": self._split_heads(self._project(key, "key")),
+            "value": self._split_heads(self._project(value, "value")),
+        }
+
+    def call(self, query, value, key=None, padding_mask=None, attention_mask=None,
+             cache=None, cache_index=None, return_attention_scores=False, training=None):
+        padding_mask = _validate_mask(padding_mask, "padding_mask", 2, "(B, S)")
+        attention_mask = _validate_mask(attention_mask, "attention_mask", 3, "(B, T, S)")
+        q = self._split_heads(self._project(query, "query"))  # (B, H, T, K)
+        q = q * tf.cast(self.head_dim ** -0.5, q.dtype)
+        if cache is None:
+            kv = self.project_key_value(value, key)
+        elif cache_index is None:
+            kv = cache
+        else:
+            new = self.project_key_value(value, key)
+            kv = {name: _write(cache[name], new[name], cache_index) for name in ("key", "value")}
+        k = tf.cast(kv["key"], q.dtype)
+        v = tf.cast(kv["value"], q.dtype)
+
+        scores = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)  # (B, H, T, S)
+        mask = _combine(padding_mask, attention_mask)
+        if mask is not None:
+            scores = tf.where(mask[:, None, :, :], scores, MASKED_LOGIT)
+        weights = tf.nn.softmax(scores, axis=-1)
+        dropped = self.attention_dropout(weights, training=training)
+        context = tf.matmul(tf.cast(dropped, v.dtype), v)  # (B, H, T, K)
+        context = tf.transpose(context, [0, 2, 1, 3])
+        shape = tf.shape(context)
+        context = tf.reshape(context, [shape[0], shape[1], self.d_model])
+        output = self._project(context, "output")
+
+        outputs = (output,)
+        if return_attention_scores:
+            outputs += (weights,)
+        if cache is not None:
+            outputs += (kv,)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        return tuple(query_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_heads=self.num_heads, d_model=self.d_model, dropout=self.dropout,
+                      use_bias=self.use_bias)
+        return config
+
+
+def _combine(padding_mask, attention_mask):
+    """(B, S) and (B, T, S) masks -> one (B|1, T|1, S) mask, or None."""
+    if padding_mask is None:
+        return attention_mask
+    padding = padding_mask[:, None, :]
+    return padding if attention_mask is None else tf.logical_and(padding, attention_mask)
+
+
+def _write(cache, new, index):
+    """Writes new (B, H, T, K) into cache (B, H, L, K) at positions [index, index + T)."""
+    new = tf.cast(new, cache.dtype)
+    index = tf.cast(index, tf.int32)
+    zero = tf.zeros_like(index)
+    begin = tf.stack([zero, zero, index, zero])
+    end = tf.stack([zero, zero, index + tf.shape(new)[2], zero])
+    # begin_mask/end_mask 0b1011: axes 0, 1 and 3 are taken whole.
+    return tf.raw_ops.TensorStridedSliceUpdate(
+        input=cache, begin=begin, end=end, strides=tf.ones([4], tf.int32), value=new,
+        begin_mask=0b1011, end_mask=0b1011)

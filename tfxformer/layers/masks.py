@@ -1,0 +1,41 @@
+"""Attention masks (§3.2.3). One convention everywhere: bool, True = may attend.
+
+Shapes: B batch, S source length, T target (query) length.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+PAD_ID = 0
+
+
+def padding_mask(ids: tf.Tensor, pad_id: int = PAD_ID) -> tf.Tensor:
+    """(B, S) integer ids -> (B, S) bool, True where the token is real (not `pad_id`)."""
+    return tf.not_equal(ids, tf.cast(pad_id, ids.dtype))
+
+
+def causal_mask(length, offset=0) -> tf.Tensor:
+    """(T, T + offset) bool, True where query i may attend key j, i.e. j <= i + offset.
+
+    §3.2.3: "We need to prevent leftward information flow in the decoder to preserve the
+    auto-regressive property." `offset` is the number of keys that precede the queries
+    (the cache length during incremental decoding).
+    """
+    rows = tf.range(length)[:, None] + offset
+    cols = tf.range(length + offset)[None, :]
+    return cols <= rows
+
+
+def attention_mask_from(padding: tf.Tensor | None, causal: tf.Tensor | None = None):
+    """Combines a (B, S) key padding mask and a (T, S) causal mask into (B, T, S) / (B, 1, S).
+
+    Either may be None; returns None when both are.
+    """
+    mask = None
+    if padding is not None:
+        mask = padding[:, None, :]  # (B, 1, S)
+    if causal is not None:
+        causal = causal[None, :, :]  # (1, T, S)
+        mask = causal if mask is None else tf.logical_and(mask, causal)
+    return mask

@@ -1,0 +1,3 @@
+from tfxformer.models.transformer import Transformer
+
+__all__ = ["Transformer"]
