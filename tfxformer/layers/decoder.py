@@ -57,12 +57,12 @@ class DecoderLayer(keras.layers.Layer):
             name="cross_attention_block", **_layer_kwargs(self))
         self.feed_forward_block = ResidualBlock(name="feed_forward_block", **_layer_kwargs(self))
 
-    def build(self, input_shape, memory_shape=None):
-        input_shape = tuple(input_shape)
+    def build(self, x_shape, memory_shape=None):
+        x_shape = tuple(x_shape)
         for layer in (self.self_attention, self.cross_attention, self.feed_forward,
                       self.self_attention_block, self.cross_attention_block,
                       self.feed_forward_block):
-            layer.build(input_shape)
+            layer.build(x_shape)
         self.built = True
 
     def call(self, x, memory=None, memory_padding_mask=None, cache=None, cache_index=None,
@@ -103,8 +103,8 @@ class DecoderLayer(keras.layers.Layer):
             outputs += (new_cache,)
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def compute_output_shape(self, input_shape, memory_shape=None):
-        return tuple(input_shape)
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return tuple(x_shape)
 
     def get_config(self):
         config = super().get_config()
@@ -166,11 +166,11 @@ class Decoder(keras.layers.Layer):
             self.final_norm = keras.layers.LayerNormalization(
                 epsilon=layer_norm_epsilon, name="final_norm", dtype=self.dtype_policy)
 
-    def build(self, input_shape, memory_shape=None):
+    def build(self, x_shape, memory_shape=None):
         for layer in self.stack:
-            layer.build(input_shape)
+            layer.build(x_shape)
         if self.final_norm is not None:
-            self.final_norm.build(input_shape)
+            self.final_norm.build(x_shape)
         self.built = True
 
     def init_cache(self, memory, max_length):
@@ -207,8 +207,8 @@ class Decoder(keras.layers.Layer):
             outputs += (new_cache,)
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def compute_output_shape(self, input_shape, memory_shape=None):
-        return tuple(input_shape)
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return tuple(x_shape)
 
     def get_config(self):
         config = super().get_config()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
 from tfxformer.config import get_preset
 from tfxformer.layers.decoder import Decoder
@@ -158,6 +157,6 @@ def _unpack_inputs(inputs):
                              "give {'source_ids': (B, S), 'target_ids': (B, T)}.")
         return inputs["source_ids"], inputs["target_ids"]
     if not isinstance(inputs, (tuple, list)) or len(inputs) != 2:
-        raise ValueError("Transformer expects inputs (source_ids, target_ids), "
-                         f"got {type(inputs).__name__} of length {len(inputs) if hasattr(inputs, '__len__') else '?'}.")
+        raise ValueError("Transformer expects inputs (source_ids, target_ids) or a dict "
+                         f"with those keys, got {type(inputs).__name__}: {inputs!r:.200}.")
     return inputs[0], inputs[1]

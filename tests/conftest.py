@@ -1,0 +1,42 @@
+"""Shared test setup: quiet TensorFlow, 8 logical CPU devices for MirroredStrategy tests."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+# The paper trained on 8 GPUs; tests split the CPU into 8 logical devices instead. This must
+# happen before TensorFlow initialises its devices, i.e. before any op runs.
+NUM_LOGICAL_CPUS = 8
+_cpus = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(
+    _cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
+
+SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared",
+                                           "data"))
+
+
+@pytest.fixture
+def tiny_config():
+    """Keyword arguments of a tiny Transformer (the "tiny" preset, vocabulary of 64)."""
+    from tfxformer.config import get_preset
+
+    return get_preset("tiny", vocab_size=64)
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_policy():
+    """Every test starts from the same seed and the float32 policy."""
+    import keras
+
+    keras.utils.set_random_seed(1234)
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def strategy_over(num_replicas):
+    """A MirroredStrategy over the first `num_replicas` logical CPU devices."""
+    devices = [f"/cpu:{i}" for i in range(num_replicas)]
+    return tf.distribute.MirroredStrategy(devices)

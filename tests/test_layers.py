@@ -1,0 +1,196 @@
+"""The public layers (§3): contract, paper numbers, masks, equivalence with Keras."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import strategy_over
+from layer_contract import build_under_strategy, run_layer_test
+
+from tfxformer import layers
+
+B, S, T, D = 2, 5, 4, 8
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(B, T, D)).astype("float32")
+MEMORY = RNG.normal(size=(B, S, D)).astype("float32")
+SOURCE_MASK = np.array([[True] * S, [True, True, True, False, False]])
+
+
+# --- the layer contract, one shared helper ----------------------------------------------
+
+CONTRACT_CASES = {
+    "MultiHeadAttention": (layers.MultiHeadAttention, dict(num_heads=2), (X, MEMORY),
+                           dict(padding_mask=tf.constant(SOURCE_MASK))),
+    "PositionalEncoding": (layers.PositionalEncoding, {}, (X,), dict(has_weights=False)),
+    "PositionalEncoding-learned": (layers.PositionalEncoding, dict(kind="learned", max_length=16),
+                                   (X,), {}),
+    "PositionwiseFeedForward": (layers.PositionwiseFeedForward, dict(d_ff=16), (X,), {}),
+    "EncoderLayer": (layers.EncoderLayer, dict(d_model=D, num_heads=2, d_ff=16), (X,), {}),
+    "EncoderLayer-prenorm": (layers.EncoderLayer,
+                             dict(d_model=D, num_heads=2, d_ff=16, norm_first=True), (X,), {}),
+    "DecoderLayer": (layers.DecoderLayer, dict(d_model=D, num_heads=2, d_ff=16), (X, MEMORY),
+                     dict(memory_padding_mask=tf.constant(SOURCE_MASK))),
+    "Encoder": (layers.Encoder, dict(num_layers=2, d_model=D, num_heads=2, d_ff=16), (X,), {}),
+    "Decoder": (layers.Decoder, dict(num_layers=2, d_model=D, num_heads=2, d_ff=16,
+                                     norm_first=True), (X, MEMORY), {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACT_CASES))
+def test_layer_contract(name):
+    cls, kwargs, inputs, call_kwargs = CONTRACT_CASES[name]
+    call_kwargs = dict(call_kwargs)
+    has_weights = call_kwargs.pop("has_weights", True)
+    run_layer_test(cls, kwargs, inputs, expected_shape=(B, T, D), call_kwargs=call_kwargs,
+                   has_weights=has_weights)
+
+
+def test_shared_embedding_contract():
+    ids = RNG.integers(1, 20, size=(B, T)).astype("int32")
+    layer, out = run_layer_test(layers.SharedEmbedding, dict(vocab_size=20, d_model=D), (ids,),
+                                expected_shape=(B, T, D))
+    logits = layer.logits(out)
+    assert logits.shape == (B, T, 20) and logits.dtype == tf.float32
+    # §3.4: embeddings are the weights times sqrt(d_model), and the same matrix projects back.
+    np.testing.assert_allclose(out.numpy(), layer.embeddings.numpy()[ids] * np.sqrt(D), rtol=1e-6)
+    np.testing.assert_allclose(logits.numpy(), out.numpy() @ layer.embeddings.numpy().T,
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["MultiHeadAttention", "DecoderLayer", "Encoder"])
+def test_built_inside_mirrored_strategy(name):
+    cls, kwargs, inputs, call_kwargs = CONTRACT_CASES[name]
+    out = build_under_strategy(lambda: cls(**kwargs), inputs, strategy_over(2), call_kwargs)
+    assert out.shape == (B, T, D)
+
+
+# --- §3.5 positional encoding -------------------------------------------------------------
+
+def test_positional_encoding_known_values():
+    pe = layers.PositionalEncoding()(tf.zeros((1, 3, 4)))[0].numpy()
+    np.testing.assert_allclose(pe[0], [0, 1, 0, 1], atol=1e-7)
+    np.testing.assert_allclose(pe[1], [np.sin(1), np.cos(1), np.sin(0.01), np.cos(0.01)],
+                               rtol=1e-6)
+
+
+def test_positional_encoding_adds_only_the_encoding_and_honours_the_offset():
+    x = tf.constant(RNG.normal(size=(2, 6, 16)).astype("float32"))
+    layer = layers.PositionalEncoding()
+    full = layer(x).numpy()
+    table = layers.sinusoidal_encoding(tf.range(6), 16).numpy()
+    np.testing.assert_allclose(full, x.numpy() + table[None], rtol=1e-6)  # no scaling
+    np.testing.assert_allclose(layer(x[:, 4:], start_index=4).numpy(), full[:, 4:], rtol=1e-6)
+    # Interleaved: even dims are sines, odd dims cosines of the same angle.
+    angle = 3 / 10000 ** (2 * 2 / 16)
+    np.testing.assert_allclose(table[3, 4:6], [np.sin(angle), np.cos(angle)], rtol=1e-5)
+
+
+def test_positional_encoding_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="sinusoidal.*learned"):
+        layers.PositionalEncoding(kind="rotary")
+    with pytest.raises(ValueError, match="even d_model"):
+        layers.PositionalEncoding()(tf.zeros((1, 2, 5)))
+
+
+# --- §3.2 attention --------------------------------------------------------------------
+
+def _keras_mha_with_our_weights(ours, num_heads, d_model):
+    """A keras.layers.MultiHeadAttention holding `ours`' weights (reshaped per head)."""
+    k = d_model // num_heads
+    theirs = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=k)
+    theirs(X, MEMORY)
+    weights = []
+    for name in ("query", "key", "value"):
+        weights += [getattr(ours, f"{name}_kernel").numpy().reshape(d_model, num_heads, k),
+                    getattr(ours, f"{name}_bias").numpy().reshape(num_heads, k)]
+    weights += [ours.output_kernel.numpy().reshape(num_heads, k, d_model),
+                ours.output_bias.numpy()]
+    theirs.set_weights(weights)
+    return theirs
+
+
+def test_attention_equals_keras_multi_head_attention():
+    ours = layers.MultiHeadAttention(num_heads=2)
+    mask = np.tril(np.ones((T, S), bool))[None] & SOURCE_MASK[:, None, :]  # (B, T, S)
+    out, weights = ours(X, MEMORY, attention_mask=tf.constant(mask),
+                        return_attention_scores=True)
+    theirs = _keras_mha_with_our_weights(ours, 2, D)
+    ref, ref_weights = theirs(X, MEMORY, attention_mask=mask, return_attention_scores=True)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(weights.numpy(), ref_weights.numpy(), rtol=1e-5, atol=1e-6)
+    # Padding mask and attention mask are one convention: combining them is the same.
+    both = ours(X, MEMORY, padding_mask=tf.constant(SOURCE_MASK),
+                attention_mask=tf.constant(np.tril(np.ones((T, S), bool))[None]))
+    np.testing.assert_allclose(both.numpy(), out.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_attention_weights_respect_literal_mask():
+    ours = layers.MultiHeadAttention(num_heads=2)
+    _, weights = ours(X, MEMORY, padding_mask=tf.constant(SOURCE_MASK),
+                      return_attention_scores=True)
+    assert weights.dtype == tf.float32
+    np.testing.assert_array_equal(weights.numpy()[1, :, :, 3:], 0.0)
+    np.testing.assert_allclose(weights.numpy().sum(-1), 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_masked_attention_stays_finite_in_half_precision(policy):
+    keras.mixed_precision.set_global_policy(policy)
+    ours = layers.MultiHeadAttention(num_heads=2)
+    all_masked = np.zeros((B, S), bool)  # a fully masked row must not give NaN
+    out, weights = ours(X * 1e3, MEMORY * 1e3, padding_mask=tf.constant(all_masked),
+                        return_attention_scores=True)
+    assert out.dtype == keras.mixed_precision.global_policy().compute_dtype
+    assert weights.dtype == tf.float32  # softmax in float32
+    assert np.isfinite(out.numpy().astype("float32")).all()
+    assert np.isfinite(weights.numpy()).all()
+
+
+def test_attention_validates_masks():
+    ours = layers.MultiHeadAttention(num_heads=2)
+    with pytest.raises(ValueError, match=r"\(B, S\)"):
+        ours(X, MEMORY, padding_mask=tf.ones((B, T, S), bool))
+    with pytest.raises(ValueError, match="bool"):
+        ours(X, MEMORY, attention_mask=tf.ones((B, T, S)))
+    with pytest.raises(ValueError, match="divisible"):
+        layers.MultiHeadAttention(num_heads=3)(X, X)
+
+
+def test_attention_cache_equals_full_self_attention():
+    ours = layers.MultiHeadAttention(num_heads=2)
+    causal = layers.causal_mask(T)[None]
+    full = ours(X, X, attention_mask=causal).numpy()
+    cache = {"key": tf.zeros((B, 2, T, D // 2)), "value": tf.zeros((B, 2, T, D // 2))}
+    rows = []
+    for t in range(T):
+        visible = (tf.range(T) <= t)[None, None, :]
+        row, cache = ours(X[:, t:t + 1], X[:, t:t + 1], attention_mask=visible, cache=cache,
+                          cache_index=t)
+        rows.append(row.numpy())
+    np.testing.assert_allclose(np.concatenate(rows, 1), full, rtol=1e-5, atol=1e-6)
+
+
+def test_causal_mask_literal():
+    np.testing.assert_array_equal(layers.causal_mask(3).numpy(),
+                                  [[1, 0, 0], [1, 1, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(layers.causal_mask(2, offset=1).numpy(),
+                                  [[1, 1, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(layers.padding_mask(tf.constant([[4, 0, 2, 0]])).numpy(),
+                                  [[True, False, True, False]])
+
+
+def test_feed_forward_is_relu_mlp_applied_per_position():
+    ffn = layers.PositionwiseFeedForward(d_ff=16)
+    out = ffn(X).numpy()
+    w1, b1, w2, b2 = [w.numpy() for w in ffn.weights]
+    np.testing.assert_allclose(out, np.maximum(0, X @ w1 + b1) @ w2 + b2, rtol=1e-5, atol=1e-5)
+
+
+def test_post_norm_and_pre_norm_differ_as_the_paper_says():
+    post = layers.EncoderLayer(d_model=D, num_heads=2, d_ff=16, dropout=0.0)
+    out = post(X).numpy()
+    # Post-norm ends with LayerNorm: every position has mean 0, variance 1 (gamma=1, beta=0).
+    np.testing.assert_allclose(out.mean(-1), 0, atol=1e-5)
+    np.testing.assert_allclose(out.var(-1), 1, atol=1e-3)
+    pre = layers.EncoderLayer(d_model=D, num_heads=2, d_ff=16, dropout=0.0, norm_first=True)
+    assert not np.allclose(pre(X).numpy().var(-1), 1, atol=1e-3)
