@@ -1,0 +1,108 @@
+"""The distributed train step: one global batch, same loss and gradients on 1, 2, 8 replicas."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import strategy_over
+
+from tfxformer import Transformer
+from tfxformer.schedules import paper_adam
+from tfxformer.trainer import Trainer
+
+VOCAB = 40
+RNG = np.random.default_rng(7)
+
+
+def _global_batch(size=8, src_len=7, tgt_len=6):
+    """8 pairs of different real lengths, so replicas hold different numbers of tokens."""
+    source = np.zeros((size, src_len), "int32")
+    decoder_in = np.zeros((size, tgt_len), "int32")
+    labels = np.zeros((size, tgt_len), "int32")
+    for i in range(size):
+        n, m = 1 + i % src_len, 1 + (3 * i) % tgt_len
+        source[i, :n] = RNG.integers(4, VOCAB, n)
+        target = RNG.integers(4, VOCAB, m)
+        decoder_in[i, :m] = np.concatenate([[2], target[:-1]])
+        labels[i, :m] = np.concatenate([target[:-1], [3]])
+    return (source, decoder_in), labels
+
+
+BATCH = _global_batch()
+_REFERENCE_WEIGHTS = []
+
+
+def _trainer(strategy, accumulation_steps=1, optimizer=None):
+    with strategy.scope():
+        model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0)
+        model.build()
+        if not _REFERENCE_WEIGHTS:
+            _REFERENCE_WEIGHTS.extend(model.get_weights())
+        model.set_weights(_REFERENCE_WEIGHTS)
+        # Plain SGD where weights are compared: Adam's first step is lr * sign(g), which
+        # flips for gradients that are zero up to rounding.
+        optimizer = paper_adam(1e-3) if optimizer is None else optimizer()
+    return Trainer(model, optimizer, strategy, label_smoothing=0.1,
+                   accumulation_steps=accumulation_steps)
+
+
+def _distributed(strategy, batch):
+    return next(iter(strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensors(batch))))
+
+
+def test_one_global_batch_same_loss_and_gradients_on_1_2_8_replicas():
+    results = {}
+    for replicas in (1, 2, 8):
+        strategy = strategy_over(replicas)
+        trainer = _trainer(strategy)
+        loss, grads = trainer.gradients(_distributed(strategy, BATCH))
+        results[replicas] = (float(loss), [g.numpy() for g in grads])
+    ref_loss, ref_grads = results[1]
+    for replicas in (2, 8):
+        loss, grads = results[replicas]
+        assert loss == pytest.approx(ref_loss, rel=1e-5)
+        for g, ref in zip(grads, ref_grads, strict=True):
+            np.testing.assert_allclose(g, ref, rtol=2e-4, atol=1e-6)
+
+
+def test_the_loss_is_the_mean_over_real_target_tokens():
+    trainer = _trainer(strategy_over(1))
+    (source, decoder_in), labels = BATCH
+    logits = trainer.model((source, decoder_in)).numpy()
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    real = labels != 0
+    nll = -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+    expected = ((0.9 * nll - 0.1 * log_probs.mean(-1)) * real).sum() / real.sum()
+    loss, _ = trainer.gradients(_distributed(trainer.strategy, BATCH))
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    strategy = strategy_over(2)
+    whole = _trainer(strategy, optimizer=lambda: keras.optimizers.SGD(1.0))
+    whole_step = whole.train_step(iter(strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensors(BATCH))))
+    split = _trainer(strategy, accumulation_steps=2, optimizer=lambda: keras.optimizers.SGD(1.0))
+    halves = tf.data.Dataset.from_tensor_slices(BATCH).batch(4)
+    split_step = split.train_step(iter(strategy.experimental_distribute_dataset(halves)))
+    assert split_step["tokens"] == whole_step["tokens"] == float((BATCH[1] != 0).sum())
+    assert split_step["loss"] == pytest.approx(whole_step["loss"], rel=1e-5)
+    for a, b in zip(split.model.get_weights(), whole.model.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_non_finite_step_changes_nothing():
+    strategy = strategy_over(2)
+    trainer = _trainer(strategy)
+    embedding = trainer.model.embedding.embeddings
+    poisoned = embedding.numpy()
+    poisoned[5] = np.nan
+    embedding.assign(poisoned)
+    before = [w.copy() for w in trainer.model.get_weights()]
+    data = iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(BATCH)))
+    result = trainer.train_step(data)
+    assert not result["finite"]
+    assert int(trainer.optimizer.iterations.numpy()) == 0
+    for a, b in zip(trainer.model.get_weights(), before, strict=True):
+        np.testing.assert_array_equal(a, b)

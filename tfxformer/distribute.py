@@ -1,0 +1,79 @@
+"""Choosing the distribution strategy: all GPUs, logical CPU devices, or several workers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+
+def split_cpu(num_devices: int) -> None:
+    """Splits the physical CPU into `num_devices` logical devices (before any op runs).
+
+    Lets MirroredStrategy run `num_devices` replicas on a machine without GPUs. A no-op
+    when the CPU is already split that way.
+    """
+    if num_devices < 1:
+        raise ValueError(f"--cpu-devices must be >= 1, got {num_devices}.")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if current is not None and len(current) == num_devices:
+        return
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * num_devices)
+    except RuntimeError as error:
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have != num_devices:
+            raise RuntimeError(
+                f"Cannot split the CPU into {num_devices} devices: TensorFlow is already "
+                f"initialised with {have}. Call split_cpu() before running any op.") from error
+
+
+def num_workers_in_tf_config() -> int:
+    """Number of workers (chief included) that TF_CONFIG names; 1 without TF_CONFIG."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return 1
+    try:
+        cluster = json.loads(raw).get("cluster", {})
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not valid JSON: {error}: {raw[:200]!r}") from error
+    return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+def make_strategy(cpu_devices: int | None = None) -> tf.distribute.Strategy:
+    """The strategy for this machine (§5.2: the paper trained on 8 GPUs of one machine).
+
+    - TF_CONFIG naming several workers: MultiWorkerMirroredStrategy;
+    - otherwise MirroredStrategy over all GPUs, or over `cpu_devices` logical CPU devices
+      when there are no GPUs (one CPU device by default).
+    """
+    if num_workers_in_tf_config() > 1:
+        if cpu_devices and cpu_devices > 1:
+            split_cpu(cpu_devices)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    elif tf.config.list_physical_devices("GPU"):
+        strategy = tf.distribute.MirroredStrategy()
+    else:
+        split_cpu(cpu_devices or 1)
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")][: cpu_devices or 1]
+        strategy = tf.distribute.MirroredStrategy(devices)
+    log.info("%s with %d replicas in sync", type(strategy).__name__,
+             strategy.num_replicas_in_sync)
+    return strategy
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes checkpoints, logs and exports (the chief worker)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    if resolver.task_type == "chief":
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief

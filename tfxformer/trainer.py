@@ -1,0 +1,152 @@
+"""One training step on a distributed global batch, with exact global-token normalisation.
+
+§5.1: "Each training batch contained a set of sentence pairs containing approximately
+25000 source tokens and 25000 target tokens." The loss of a step is the label-smoothed
+cross-entropy averaged over the real target tokens of the whole global batch: every
+replica divides its summed loss by the global token count (summed over replicas and over
+the micro-batches of gradient accumulation) and the replicas' gradients are summed. So
+1, 2 or 8 replicas, and one batch or the same tokens in several micro-batches, give the
+same update.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import tensorflow as tf
+
+from tfxformer.layers.masks import PAD_ID
+from tfxformer.losses import label_smoothed_nll
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class Trainer:
+    """Builds the distributed train step for `model` and `optimizer` under `strategy`.
+
+    Args:
+        model: a tfxformer.Transformer built under `strategy.scope()`.
+        optimizer: a Keras optimizer created under `strategy.scope()` (a
+            LossScaleOptimizer under mixed_float16).
+        strategy: the tf.distribute strategy.
+        label_smoothing: ε_ls (§5.4).
+        accumulation_steps: micro-batches whose gradients make one update.
+        jit_compile: compile the replica computation with XLA.
+
+    Batches are `((source_ids, decoder_input_ids), labels)` as tfxformer.data makes them.
+    """
+
+    def __init__(self, model, optimizer, strategy, label_smoothing=0.1, accumulation_steps=1,
+                 jit_compile=False):
+        if accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}.")
+        self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.label_smoothing = float(label_smoothing)
+        self.accumulation_steps = int(accumulation_steps)
+        with strategy.scope():  # variables are created here, not lazily inside a step
+            if not model.built:
+                model.build()
+            if not optimizer.built:
+                optimizer.build(model.trainable_variables)
+        self._grad_fn = tf.function(self._replica_gradients, jit_compile=jit_compile)
+        self._compute_fn = tf.function(self._compute)
+        self._apply_fn = tf.function(
+            lambda grads: self.strategy.run(self._replica_apply, args=(grads,)))
+        self.eval_step = tf.function(self._eval_step)
+
+    # --- replica functions ----------------------------------------------------------------
+
+    @staticmethod
+    def _replica_token_count(batch):
+        _, labels = batch
+        return tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32))
+
+    def _replica_gradients(self, batch, global_tokens):
+        """(loss share, gradients of the loss share) of one replica's micro-batch."""
+        (source, decoder_input), labels = batch
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            logits = self.model((source, decoder_input), training=True)
+            loss_sum, _ = label_smoothed_nll(labels, logits, self.label_smoothing)
+            loss = loss_sum / tf.maximum(global_tokens, 1.0)
+            scaled = self.optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, variables)
+        return loss, grads
+
+    def _replica_accumulate(self, batch, global_tokens, accumulated):
+        loss, grads = self._grad_fn(batch, global_tokens)
+        if accumulated is None:
+            return loss, grads
+        acc_loss, acc_grads = accumulated
+        return acc_loss + loss, [a + g for a, g in zip(acc_grads, grads, strict=True)]
+
+    def _replica_apply(self, grads):
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+
+    @staticmethod
+    def _replica_square_norm(grads):
+        return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in grads])
+
+    # --- steps -------------------------------------------------------------------------
+
+    def _compute(self, iterator):
+        """Pulls `accumulation_steps` global batches; returns their loss, tokens, gradients."""
+        batches = [next(iterator) for _ in range(self.accumulation_steps)]
+        tokens = tf.add_n([self.strategy.reduce(
+            SUM, self.strategy.run(self._replica_token_count, args=(b,)), axis=None)
+            for b in batches])
+        accumulated = None
+        for batch in batches:
+            accumulated = self.strategy.run(self._replica_accumulate,
+                                            args=(batch, tokens, accumulated))
+        loss, grads = accumulated
+        square_norm = self.strategy.reduce(
+            SUM, self.strategy.run(self._replica_square_norm, args=(grads,)), axis=None)
+        return self.strategy.reduce(SUM, loss, axis=None), tokens, square_norm, grads
+
+    def train_step(self, iterator):
+        """One update from `accumulation_steps` global batches of `iterator`.
+
+        Returns {"loss": mean loss per real target token (float), "tokens": real target
+        tokens, "finite": whether loss and gradients were finite}. A non-finite step applies
+        nothing: weights, optimizer state and step counter stay as they were. (Under
+        mixed_float16 the loss-scale optimizer handles overflowing gradients itself.)
+        """
+        loss, tokens, square_norm, grads = self._compute_fn(iterator)
+        loss, tokens = float(loss), float(tokens)
+        scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+        finite = math.isfinite(loss) and (scaled or math.isfinite(float(square_norm)))
+        if finite:
+            self._apply_fn(grads)
+        return {"loss": loss, "tokens": tokens, "finite": finite}
+
+    def gradients(self, distributed_batch):
+        """(loss, gradients summed over replicas) of one global batch, without updating.
+
+        The reference the replica-count tests compare; the same math as `train_step`.
+        """
+        @tf.function
+        def run(batch):
+            tokens = self.strategy.reduce(
+                SUM, self.strategy.run(self._replica_token_count, args=(batch,)), axis=None)
+            loss, grads = self.strategy.run(self._grad_fn, args=(batch, tokens))
+            return (self.strategy.reduce(SUM, loss, axis=None),
+                    [self.strategy.reduce(SUM, g, axis=None) for g in grads])
+        return run(distributed_batch)
+
+    def _eval_step(self, distributed_batch):
+        """(summed label-smoothed loss, summed plain NLL, real tokens) of one global batch."""
+        def replica(batch):
+            (source, decoder_input), labels = batch
+            logits = self.model((source, decoder_input), training=False)
+            smoothed, count = label_smoothed_nll(labels, logits, self.label_smoothing)
+            nll, _ = label_smoothed_nll(labels, logits, 0.0)
+            return smoothed, nll, count
+        results = self.strategy.run(replica, args=(distributed_batch,))
+        return [self.strategy.reduce(SUM, r, axis=None) for r in results]
+
+
+def learning_rate(optimizer) -> float:
+    """The optimizer's current learning rate as a float (Keras evaluates the schedule)."""
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
