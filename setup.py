@@ -21,6 +21,7 @@ setup(
         "sentencepiece==0.2.*",
         "matplotlib>=3.8,<4",
         "tqdm>=4.66,<5",
+        "tensorboard==2.21.*",
     ],
     extras_require={
         "test": ["pytest>=8,<10", "hypothesis>=6.100,<7", "ruff>=0.6"],

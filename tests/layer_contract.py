@@ -93,7 +93,8 @@ def _fit_one_step(layer, inputs, call_kwargs):
     history = model.fit(tf.data.Dataset.from_tensors((inputs, target)), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     after = [w.numpy() for w in model.trainable_weights]
-    assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True)), "fit changed nothing"
+    changed = [not np.array_equal(a, b) for a, b in zip(before, after, strict=True)]
+    assert any(changed), "fit changed nothing"
 
 
 def _weights_like(model, layer):

@@ -50,10 +50,12 @@ class Trainer:
             if not optimizer.built:
                 optimizer.build(model.trainable_variables)
         self._grad_fn = tf.function(self._replica_gradients, jit_compile=jit_compile)
-        self._compute_fn = tf.function(self._compute)
+        # Batches come in as arguments; their shapes vary with the length bucket, and
+        # reduce_retracing makes the traces shape-generic after the first few.
+        self._compute_fn = tf.function(self._compute, reduce_retracing=True)
         self._apply_fn = tf.function(
             lambda grads: self.strategy.run(self._replica_apply, args=(grads,)))
-        self.eval_step = tf.function(self._eval_step)
+        self.eval_step = tf.function(self._eval_step, reduce_retracing=True)
 
     # --- replica functions ----------------------------------------------------------------
 
@@ -90,9 +92,8 @@ class Trainer:
 
     # --- steps -------------------------------------------------------------------------
 
-    def _compute(self, iterator):
-        """Pulls `accumulation_steps` global batches; returns their loss, tokens, gradients."""
-        batches = [next(iterator) for _ in range(self.accumulation_steps)]
+    def _compute(self, batches):
+        """Loss, real target tokens and summed gradients of a list of distributed batches."""
         tokens = tf.add_n([self.strategy.reduce(
             SUM, self.strategy.run(self._replica_token_count, args=(b,)), axis=None)
             for b in batches])
@@ -113,7 +114,8 @@ class Trainer:
         nothing: weights, optimizer state and step counter stay as they were. (Under
         mixed_float16 the loss-scale optimizer handles overflowing gradients itself.)
         """
-        loss, tokens, square_norm, grads = self._compute_fn(iterator)
+        batches = [next(iterator) for _ in range(self.accumulation_steps)]
+        loss, tokens, square_norm, grads = self._compute_fn(batches)
         loss, tokens = float(loss), float(tokens)
         scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         finite = math.isfinite(loss) and (scaled or math.isfinite(float(square_norm)))
@@ -145,6 +147,37 @@ class Trainer:
             return smoothed, nll, count
         results = self.strategy.run(replica, args=(distributed_batch,))
         return [self.strategy.reduce(SUM, r, axis=None) for r in results]
+
+
+class ReplicaBatches:
+    """Iterates global batches of `dataset`, each split evenly over the replicas.
+
+    Unlike `strategy.experimental_distribute_dataset`, the underlying tf.data iterator
+    (`.iterator`) can be saved in a checkpoint, so a resumed run continues with the very
+    batches an uninterrupted run would see. Every worker of a multi-worker run reads the
+    same global batches and takes its replicas' slices. Batch sizes must be divisible by
+    the number of replicas (tfxformer.data's training pipeline guarantees it).
+    """
+
+    def __init__(self, dataset: tf.data.Dataset, strategy):
+        self.iterator = iter(dataset)
+        self.strategy = strategy
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self.iterator)
+        replicas = self.strategy.num_replicas_in_sync
+        if replicas == 1:
+            return batch
+
+        def replica_slice(context):
+            i = context.replica_id_in_sync_group
+            return tf.nest.map_structure(
+                lambda t: t[i * (t.shape[0] // replicas):(i + 1) * (t.shape[0] // replicas)],
+                batch)
+        return self.strategy.experimental_distribute_values_from_function(replica_slice)
 
 
 def learning_rate(optimizer) -> float:

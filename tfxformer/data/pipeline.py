@@ -1,0 +1,350 @@
+"""tf.data input pipelines: tokenize, filter, and batch by length (§5.1).
+
+§5.1: "Sentence pairs were batched together by approximate sequence length. Each training
+batch contained a set of sentence pairs containing approximately 25000 source tokens and
+25000 target tokens."
+
+Example contract (ids from `tfxformer.data.tokenizer`: PAD 0, BOS 2, EOS 3)::
+
+    source_ids        = src_tokens + [EOS]
+    decoder_input_ids = [BOS] + tgt_tokens
+    labels            = tgt_tokens + [EOS]
+
+Training and evaluation elements are `((source_ids, decoder_input_ids), labels)`, int32,
+padded with 0, ready for `keras.Model.fit`.
+
+Length filter: a pair is kept when both sides are non-empty and
+`len(src_tokens) + 1 <= max_length` and `len(tgt_tokens) + 1 <= max_length` (lengths with
+their EOS/BOS). Removed pairs are counted (:func:`count_filtered`, :class:`FilterStats`).
+
+Token budget (the exact definition): every training batch is padded to its bucket length
+L (a multiple of `bucket_step`, the same L for all three tensors) and holds
+`B = floor(floor(batch_tokens / L) / R) * R` pairs, `R = num_replicas`. So per global
+step, counting padding,
+
+    B * L <= batch_tokens   for the source AND for the target side (B * L each)
+
+and each replica gets `B / R` pairs, i.e. at most `batch_tokens / R` padded tokens. The
+paper's ~25000 is `TokenBudget(tokens_per_update=25000).per_step`; with padding to
+multiples of 8 a batch holds slightly fewer real tokens than the budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import tensorflow as tf
+
+from tfxformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+
+logger = logging.getLogger(__name__)
+
+# Lines longer than this many UTF-8 bytes per allowed token count as over-long without being
+# tokenized; no real sentence of `max_length` subwords is that long, and it keeps
+# pathological lines (a whole document on one line) away from the tokenizer.
+MAX_BYTES_PER_TOKEN = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenBudget:
+    """Padded-token budget per optimizer update, global step and replica (§5.1).
+
+    One update of `tokens_per_update` tokens (per side) is made of `accumulation_steps`
+    global steps (gradient accumulation is done by the training loop); each global step
+    is split evenly over `num_replicas` replicas. Pass `per_step` as `batch_tokens` of
+    :func:`train_dataset`.
+
+    Example:
+
+    >>> TokenBudget(25_000, num_replicas=8, accumulation_steps=2).per_step   # 12500
+    """
+
+    tokens_per_update: int = 25_000
+    num_replicas: int = 1
+    accumulation_steps: int = 1
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TokenBudget.{field.name}={value!r}; expected an int >= 1.")
+        if self.per_replica < 1:
+            raise ValueError(f"{self} leaves no token per replica and step.")
+
+    @property
+    def per_step(self) -> int:
+        """Padded tokens (per side) of one global batch."""
+        return self.tokens_per_update // self.accumulation_steps
+
+    @property
+    def per_replica(self) -> int:
+        """Padded tokens (per side) of one replica's share of a global batch."""
+        return self.per_step // self.num_replicas
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterStats:
+    """How many pairs the length filter removes; `str()` is the log line."""
+
+    total: int
+    empty: int
+    too_long: int
+    max_length: int
+
+    @property
+    def kept(self) -> int:
+        return self.total - self.empty - self.too_long
+
+    def __str__(self) -> str:
+        return (
+            f"filtered {self.empty} empty, {self.too_long} over-long (> {self.max_length} "
+            f"tokens incl. BOS/EOS) of {self.total} pairs; kept {self.kept}"
+        )
+
+
+def make_examples(src_ids: tf.RaggedTensor, tgt_ids: tf.RaggedTensor):
+    """Adds special ids to a batch of token rows (the module's example contract).
+
+    Args:
+        src_ids, tgt_ids: int32 RaggedTensors `(N, None)` of subword ids (no specials).
+
+    Returns:
+        `((source_ids, decoder_input_ids), labels)`, int32 RaggedTensors `(N, None)`.
+    """
+    column = tf.ones([src_ids.nrows(), 1], tf.int32)
+    eos = tf.RaggedTensor.from_tensor(column * EOS_ID)
+    bos = tf.RaggedTensor.from_tensor(column * BOS_ID)
+    src_ids, tgt_ids = tf.cast(src_ids, tf.int32), tf.cast(tgt_ids, tf.int32)
+    source = tf.concat([src_ids, eos], axis=1)
+    decoder_input = tf.concat([bos, tgt_ids], axis=1)
+    labels = tf.concat([tgt_ids, eos], axis=1)
+    return (source, decoder_input), labels
+
+
+def _tokenize_and_classify(tokenizer: Tokenizer, src, tgt, max_length: int, max_bytes: int):
+    """Tokenizes a batch of pairs; returns (src_ids, tgt_ids, is_empty, is_too_long).
+
+    Precedence: a line over `max_bytes` bytes makes the pair over-long (it is not
+    tokenized); otherwise a side without tokens makes it empty; otherwise a side with
+    more than `max_length - 1` tokens makes it over-long.
+    """
+    huge = tf.logical_or(tf.strings.length(src) > max_bytes, tf.strings.length(tgt) > max_bytes)
+    src_ids = tokenizer.tokenize(tf.where(huge, "", src))
+    tgt_ids = tokenizer.tokenize(tf.where(huge, "", tgt))
+    src_len = tf.cast(src_ids.row_lengths(), tf.int32)
+    tgt_len = tf.cast(tgt_ids.row_lengths(), tf.int32)
+    empty = tf.logical_and(tf.logical_not(huge), tf.minimum(src_len, tgt_len) == 0)
+    long = tf.maximum(src_len, tgt_len) + 1 > max_length
+    too_long = tf.logical_or(huge, tf.logical_and(long, tf.logical_not(empty)))
+    return src_ids, tgt_ids, empty, too_long
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r}; expected an int >= 1.")
+
+
+def tokenize_pairs(
+    pairs: tf.data.Dataset,
+    tokenizer: Tokenizer,
+    *,
+    max_length: int = 256,
+    max_line_bytes: int | None = None,
+    batch_size: int = 1024,
+) -> tf.data.Dataset:
+    """Tokenizes `(src, tgt)` string pairs into filtered, unpadded model examples.
+
+    Args:
+        pairs: dataset of `(src, tgt)` scalar tf.string pairs.
+        tokenizer: the shared :class:`Tokenizer`.
+        max_length: maximum sequence length including EOS/BOS (see module docstring).
+        max_line_bytes: lines longer than this count as over-long untokenized; default
+            `MAX_BYTES_PER_TOKEN * max_length`.
+        batch_size: pairs tokenized per (vectorized) call; does not affect the output.
+
+    Returns:
+        dataset of `((source_ids, decoder_input_ids), labels)`, 1-D int32 tensors.
+    """
+    _check_positive(max_length=max_length, batch_size=batch_size)
+    max_bytes = max_line_bytes or MAX_BYTES_PER_TOKEN * max_length
+
+    def tokenize(src, tgt):
+        src_ids, tgt_ids, empty, too_long = _tokenize_and_classify(
+            tokenizer, src, tgt, max_length, max_bytes)
+        keep = tf.logical_not(tf.logical_or(empty, too_long))
+        return make_examples(tf.ragged.boolean_mask(src_ids, keep),
+                             tf.ragged.boolean_mask(tgt_ids, keep))
+
+    batches = pairs.batch(batch_size).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+    # unbatch() yields rows typed as 0-ragged-rank RaggedTensors; an identity map retypes
+    # them as plain Tensors, which padded_batch (used by the bucketing) requires.
+    return batches.unbatch().map(lambda inputs, labels: (inputs, labels))
+
+
+def count_filtered(
+    pairs: tf.data.Dataset,
+    tokenizer: Tokenizer,
+    *,
+    max_length: int = 256,
+    max_line_bytes: int | None = None,
+    batch_size: int = 1024,
+) -> FilterStats:
+    """Counts, in one in-graph pass over `pairs`, what :func:`tokenize_pairs` removes.
+
+    The result is also logged (INFO), e.g. "Data filter: filtered 3 empty, 120 over-long
+    (> 256 tokens incl. BOS/EOS) of 4500966 pairs; kept 4500843".
+    """
+    _check_positive(max_length=max_length, batch_size=batch_size)
+    max_bytes = max_line_bytes or MAX_BYTES_PER_TOKEN * max_length
+
+    def count(src, tgt):
+        _, _, empty, too_long = _tokenize_and_classify(tokenizer, src, tgt, max_length,
+                                                       max_bytes)
+        flags = tf.cast(tf.stack([tf.ones_like(empty), empty, too_long]), tf.int64)
+        return tf.reduce_sum(flags, axis=1)
+
+    counts = pairs.batch(batch_size).map(count, num_parallel_calls=tf.data.AUTOTUNE)
+    total, empty, too_long = counts.reduce(tf.zeros([3], tf.int64), tf.add).numpy().tolist()
+    stats = FilterStats(total, empty, too_long, max_length)
+    logger.info("Data filter: %s", stats)
+    return stats
+
+
+def bucket_plan(
+    batch_tokens: int, max_length: int = 256, num_replicas: int = 1, bucket_step: int = 8
+) -> list[tuple[int, int]]:
+    """Returns `(padded_length L, global_batch_size B)` of every length bucket.
+
+    `L` runs over the multiples of `bucket_step` up to `max_length` rounded up; `B` is the
+    largest multiple of `num_replicas` with `B * L <= batch_tokens` (module docstring).
+
+    Raises:
+        ValueError: `batch_tokens` cannot hold `num_replicas` pairs of the longest bucket.
+    """
+    _check_positive(batch_tokens=batch_tokens, max_length=max_length,
+                    num_replicas=num_replicas, bucket_step=bucket_step)
+    longest = -(-max_length // bucket_step) * bucket_step
+    if batch_tokens < num_replicas * longest:
+        raise ValueError(
+            f"batch_tokens={batch_tokens} is too small: the longest bucket ({longest} tokens, "
+            f"max_length={max_length} rounded up to a multiple of {bucket_step}) needs at "
+            f"least num_replicas={num_replicas} x {longest} = {num_replicas * longest}."
+        )
+    lengths = range(bucket_step, longest + 1, bucket_step)
+    return [(length, batch_tokens // length // num_replicas * num_replicas)
+            for length in lengths]
+
+
+def batch_by_length(
+    examples: tf.data.Dataset, plan: list[tuple[int, int]], *, drop_remainder: bool = True
+) -> tf.data.Dataset:
+    """Groups examples of :func:`tokenize_pairs` into the padded batches of `plan`.
+
+    An example goes to the first bucket whose length `L >= max(len(source_ids),
+    len(labels))`; all three tensors are padded with 0 to `(B, L)`. With
+    `drop_remainder`, incomplete batches (only at the end of a finite dataset) are
+    dropped, so every batch has exactly its bucket's `B` rows.
+    """
+    lengths, sizes = zip(*plan, strict=True)
+
+    def length(inputs, labels):
+        return tf.maximum(tf.shape(inputs[0])[0], tf.shape(labels)[0])
+
+    pad = tf.constant(PAD_ID, tf.int32)
+    return examples.bucket_by_sequence_length(
+        length,
+        bucket_boundaries=[n + 1 for n in lengths],
+        # One more size for lengths > the last boundary, which the length filter excludes.
+        bucket_batch_sizes=[*sizes, sizes[-1]],
+        padding_values=((pad, pad), pad),
+        pad_to_bucket_boundary=True,
+        drop_remainder=drop_remainder,
+    )
+
+
+def train_dataset(
+    pairs: tf.data.Dataset,
+    tokenizer: Tokenizer,
+    *,
+    batch_tokens: int,
+    max_length: int = 256,
+    num_replicas: int = 1,
+    bucket_step: int = 8,
+    shuffle_buffer: int = 100_000,
+    seed: int | None = None,
+    repeat: bool = True,
+    max_line_bytes: int | None = None,
+) -> tf.data.Dataset:
+    """The training pipeline: shuffle, repeat, tokenize, filter, batch by length (§5.1).
+
+    Args:
+        pairs: dataset of `(src, tgt)` strings, e.g. `corpus.train.dataset()`.
+        tokenizer: the shared :class:`Tokenizer`.
+        batch_tokens: padded tokens per side of one GLOBAL batch (all replicas), e.g.
+            `TokenBudget(25000, R, k).per_step`; see the module docstring.
+        max_length: length filter, tokens including EOS/BOS.
+        num_replicas: `strategy.num_replicas_in_sync`; every batch size is divisible by it,
+            so `strategy.experimental_distribute_dataset` (used by `Model.fit`) gives each
+            replica `B / R` rows and at most `batch_tokens / R` tokens.
+        bucket_step: padded lengths are multiples of this.
+        shuffle_buffer: pairs in the shuffle buffer (0: no shuffle).
+        seed: shuffle seed.
+        repeat: repeat forever (training); if False, one epoch, last partial batches
+            dropped.
+        max_line_bytes: see :func:`tokenize_pairs`.
+
+    Returns:
+        dataset of `((source_ids, decoder_input_ids), labels)`, int32 `(B, L)` each.
+    """
+    plan = bucket_plan(batch_tokens, max_length, num_replicas, bucket_step)
+    logger.info("Batches: <= %d padded tokens per side and global step over %d replica(s); "
+                "(length, batch size) buckets: %s", batch_tokens, num_replicas, plan)
+    if shuffle_buffer:
+        pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        pairs = pairs.repeat()
+    examples = tokenize_pairs(pairs, tokenizer, max_length=max_length,
+                              max_line_bytes=max_line_bytes)
+    return batch_by_length(examples, plan).prefetch(tf.data.AUTOTUNE)
+
+
+def eval_dataset(
+    pairs: tf.data.Dataset,
+    tokenizer: Tokenizer,
+    *,
+    batch_size: int = 64,
+    with_text: bool = True,
+    pad_multiple: int = 8,
+) -> tf.data.Dataset:
+    """The evaluation pipeline: every pair, in order, in batches of `batch_size`.
+
+    No shuffle, no repeat, no length filter (BLEU must cover the whole test set). Each
+    batch is padded with 0 to its longest sequence rounded up to `pad_multiple`; the last
+    batch may be smaller.
+
+    Returns:
+        dataset of `((source_ids, decoder_input_ids), labels, texts)` with `texts =
+        {"source": (B,) tf.string, "reference": (B,) tf.string}` (raw, for BLEU on
+        detokenized text); with `with_text=False`, `((source_ids, decoder_input_ids),
+        labels)` as `Model.evaluate` expects (it would read a third element as sample
+        weights).
+    """
+    _check_positive(batch_size=batch_size, pad_multiple=pad_multiple)
+
+    def to_batch(src, tgt):
+        (source, decoder_input), labels = make_examples(
+            tokenizer.tokenize(src), tokenizer.tokenize(tgt))
+        longest = tf.maximum(tf.reduce_max(source.row_lengths()),
+                             tf.reduce_max(labels.row_lengths()))
+        shape = tf.stack([source.nrows(), -(-longest // pad_multiple) * pad_multiple])
+        source, decoder_input, labels = (
+            x.to_tensor(default_value=PAD_ID, shape=shape)
+            for x in (source, decoder_input, labels))
+        if with_text:
+            return (source, decoder_input), labels, {"source": src, "reference": tgt}
+        return (source, decoder_input), labels
+
+    batches = pairs.batch(batch_size).map(to_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    return batches.prefetch(tf.data.AUTOTUNE)
