@@ -37,6 +37,8 @@ def _seed_and_policy():
 
 
 def strategy_over(num_replicas):
-    """A MirroredStrategy over the first `num_replicas` logical CPU devices."""
-    devices = [f"/cpu:{i}" for i in range(num_replicas)]
-    return tf.distribute.MirroredStrategy(devices)
+    """The MirroredStrategy over the first `num_replicas` logical CPU devices."""
+    from tfxformer.distribute import mirrored_strategy
+
+    names = [d.name for d in tf.config.list_logical_devices("CPU")][:num_replicas]
+    return mirrored_strategy(tuple(names))

@@ -46,17 +46,12 @@ def _trainer(strategy, accumulation_steps=1, optimizer=None):
                    accumulation_steps=accumulation_steps)
 
 
-def _distributed(strategy, batch):
-    return next(iter(strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensors(batch))))
-
-
 def test_one_global_batch_same_loss_and_gradients_on_1_2_8_replicas():
     results = {}
     for replicas in (1, 2, 8):
         strategy = strategy_over(replicas)
         trainer = _trainer(strategy)
-        loss, grads = trainer.gradients(_distributed(strategy, BATCH))
+        loss, grads = trainer.gradients(BATCH)
         results[replicas] = (float(loss), [g.numpy() for g in grads])
     ref_loss, ref_grads = results[1]
     for replicas in (2, 8):
@@ -74,18 +69,17 @@ def test_the_loss_is_the_mean_over_real_target_tokens():
     real = labels != 0
     nll = -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
     expected = ((0.9 * nll - 0.1 * log_probs.mean(-1)) * real).sum() / real.sum()
-    loss, _ = trainer.gradients(_distributed(trainer.strategy, BATCH))
+    loss, _ = trainer.gradients(BATCH)
     assert float(loss) == pytest.approx(expected, rel=1e-5)
 
 
 def test_gradient_accumulation_equals_one_big_batch():
     strategy = strategy_over(2)
     whole = _trainer(strategy, optimizer=lambda: keras.optimizers.SGD(1.0))
-    whole_step = whole.train_step(iter(strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensors(BATCH))))
+    whole_step = whole.train_step(iter(tf.data.Dataset.from_tensors(BATCH)))
     split = _trainer(strategy, accumulation_steps=2, optimizer=lambda: keras.optimizers.SGD(1.0))
     halves = tf.data.Dataset.from_tensor_slices(BATCH).batch(4)
-    split_step = split.train_step(iter(strategy.experimental_distribute_dataset(halves)))
+    split_step = split.train_step(iter(halves))
     assert split_step["tokens"] == whole_step["tokens"] == float((BATCH[1] != 0).sum())
     assert split_step["loss"] == pytest.approx(whole_step["loss"], rel=1e-5)
     for a, b in zip(split.model.get_weights(), whole.model.get_weights(), strict=True):
@@ -100,7 +94,7 @@ def test_non_finite_step_changes_nothing():
     poisoned[5] = np.nan
     embedding.assign(poisoned)
     before = [w.copy() for w in trainer.model.get_weights()]
-    data = iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(BATCH)))
+    data = iter(tf.data.Dataset.from_tensors(BATCH))
     result = trainer.train_step(data)
     assert not result["finite"]
     assert int(trainer.optimizer.iterations.numpy()) == 0

@@ -14,8 +14,9 @@ log = logging.getLogger(__name__)
 def split_cpu(num_devices: int) -> None:
     """Splits the physical CPU into `num_devices` logical devices (before any op runs).
 
-    Lets MirroredStrategy run `num_devices` replicas on a machine without GPUs. A no-op
-    when the CPU is already split that way.
+    Lets MirroredStrategy run `num_devices` replicas on a machine without GPUs. When
+    TensorFlow is already initialised with at least `num_devices` logical CPUs (e.g. by
+    the caller), those are used as they are.
     """
     if num_devices < 1:
         raise ValueError(f"--cpu-devices must be >= 1, got {num_devices}.")
@@ -28,7 +29,7 @@ def split_cpu(num_devices: int) -> None:
             cpu, [tf.config.LogicalDeviceConfiguration()] * num_devices)
     except RuntimeError as error:
         have = len(tf.config.list_logical_devices("CPU"))
-        if have != num_devices:
+        if have < num_devices:
             raise RuntimeError(
                 f"Cannot split the CPU into {num_devices} devices: TensorFlow is already "
                 f"initialised with {have}. Call split_cpu() before running any op.") from error
@@ -46,6 +47,22 @@ def num_workers_in_tf_config() -> int:
     return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
 
 
+_STRATEGIES: dict = {}
+
+
+def mirrored_strategy(devices: tuple[str, ...] | None = None) -> tf.distribute.MirroredStrategy:
+    """One MirroredStrategy per device set and process.
+
+    Two strategies over the same devices in one process would reuse the same collective
+    instance keys and fail with shape mismatches; calling train_and_evaluate twice in one
+    process (tests, notebooks) must not do that.
+    """
+    key = ("mirrored", tuple(devices) if devices else None)
+    if key not in _STRATEGIES:
+        _STRATEGIES[key] = tf.distribute.MirroredStrategy(list(devices) if devices else None)
+    return _STRATEGIES[key]
+
+
 def make_strategy(cpu_devices: int | None = None) -> tf.distribute.Strategy:
     """The strategy for this machine (§5.2: the paper trained on 8 GPUs of one machine).
 
@@ -58,11 +75,11 @@ def make_strategy(cpu_devices: int | None = None) -> tf.distribute.Strategy:
             split_cpu(cpu_devices)
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     elif tf.config.list_physical_devices("GPU"):
-        strategy = tf.distribute.MirroredStrategy()
+        strategy = mirrored_strategy()
     else:
         split_cpu(cpu_devices or 1)
         devices = [d.name for d in tf.config.list_logical_devices("CPU")][: cpu_devices or 1]
-        strategy = tf.distribute.MirroredStrategy(devices)
+        strategy = mirrored_strategy(tuple(devices))
     log.info("%s with %d replicas in sync", type(strategy).__name__,
              strategy.num_replicas_in_sync)
     return strategy

@@ -20,6 +20,8 @@ from tfxformer.layers.masks import PAD_ID
 from tfxformer.losses import label_smoothed_nll
 
 SUM = tf.distribute.ReduceOp.SUM
+_IDS = tf.TensorSpec([None, None], tf.int32)
+BATCH_SPEC = ((_IDS, _IDS), _IDS)  # ((source_ids, decoder_input_ids), labels), any B and L
 
 
 class Trainer:
@@ -34,7 +36,11 @@ class Trainer:
         accumulation_steps: micro-batches whose gradients make one update.
         jit_compile: compile the replica computation with XLA.
 
-    Batches are `((source_ids, decoder_input_ids), labels)` as tfxformer.data makes them.
+    Batches are GLOBAL batches `((source_ids, decoder_input_ids), labels)` as
+    tfxformer.data makes them (plain tensors, from a plain — checkpointable — tf.data
+    iterator); inside the step each replica takes its contiguous slice of the batch. Every
+    worker of a multi-worker run reads the same global batches and its replicas take their
+    slices, so no replica ever sees a batch another one also trained on.
     """
 
     def __init__(self, model, optimizer, strategy, label_smoothing=0.1, accumulation_steps=1,
@@ -50,23 +56,23 @@ class Trainer:
             if not optimizer.built:
                 optimizer.build(model.trainable_variables)
         self._grad_fn = tf.function(self._replica_gradients, jit_compile=jit_compile)
-        # Batches come in as arguments; their shapes vary with the length bucket, and
-        # reduce_retracing makes the traces shape-generic after the first few.
-        self._compute_fn = tf.function(self._compute, reduce_retracing=True)
+        # One trace for every length bucket: batch dimensions are left unknown.
+        batches = [BATCH_SPEC] * self.accumulation_steps
+        self._compute_fn = tf.function(self._compute, input_signature=[batches])
         self._apply_fn = tf.function(
             lambda grads: self.strategy.run(self._replica_apply, args=(grads,)))
-        self.eval_step = tf.function(self._eval_step, reduce_retracing=True)
+        self.eval_step = tf.function(self._eval_step, input_signature=[BATCH_SPEC])
 
     # --- replica functions ----------------------------------------------------------------
 
     @staticmethod
     def _replica_token_count(batch):
-        _, labels = batch
+        _, labels = replica_slice(batch)
         return tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32))
 
     def _replica_gradients(self, batch, global_tokens):
-        """(loss share, gradients of the loss share) of one replica's micro-batch."""
-        (source, decoder_input), labels = batch
+        """(loss share, gradients of the loss share) of this replica's slice of `batch`."""
+        (source, decoder_input), labels = replica_slice(batch)
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             logits = self.model((source, decoder_input), training=True)
@@ -123,61 +129,49 @@ class Trainer:
             self._apply_fn(grads)
         return {"loss": loss, "tokens": tokens, "finite": finite}
 
-    def gradients(self, distributed_batch):
+    def gradients(self, batch):
         """(loss, gradients summed over replicas) of one global batch, without updating.
 
         The reference the replica-count tests compare; the same math as `train_step`.
         """
-        @tf.function
+        @tf.function(input_signature=[BATCH_SPEC])
         def run(batch):
             tokens = self.strategy.reduce(
                 SUM, self.strategy.run(self._replica_token_count, args=(batch,)), axis=None)
             loss, grads = self.strategy.run(self._grad_fn, args=(batch, tokens))
             return (self.strategy.reduce(SUM, loss, axis=None),
                     [self.strategy.reduce(SUM, g, axis=None) for g in grads])
-        return run(distributed_batch)
+        return run(batch)
 
-    def _eval_step(self, distributed_batch):
+    def _eval_step(self, batch):
         """(summed label-smoothed loss, summed plain NLL, real tokens) of one global batch."""
         def replica(batch):
-            (source, decoder_input), labels = batch
+            (source, decoder_input), labels = replica_slice(batch)
             logits = self.model((source, decoder_input), training=False)
             smoothed, count = label_smoothed_nll(labels, logits, self.label_smoothing)
             nll, _ = label_smoothed_nll(labels, logits, 0.0)
             return smoothed, nll, count
-        results = self.strategy.run(replica, args=(distributed_batch,))
+        results = self.strategy.run(replica, args=(batch,))
         return [self.strategy.reduce(SUM, r, axis=None) for r in results]
 
 
-class ReplicaBatches:
-    """Iterates global batches of `dataset`, each split evenly over the replicas.
+def replica_slice(batch):
+    """This replica's contiguous share of a global batch (call in a replica context).
 
-    Unlike `strategy.experimental_distribute_dataset`, the underlying tf.data iterator
-    (`.iterator`) can be saved in a checkpoint, so a resumed run continues with the very
-    batches an uninterrupted run would see. Every worker of a multi-worker run reads the
-    same global batches and takes its replicas' slices. Batch sizes must be divisible by
-    the number of replicas (tfxformer.data's training pipeline guarantees it).
+    Rows [i * n, (i + 1) * n) with n = ceil(B / R) for replica i of R; the last replicas'
+    shares may be smaller (or empty) when B is not a multiple of R, which only happens for
+    evaluation batches.
     """
+    context = tf.distribute.get_replica_context()
+    replicas = context.num_replicas_in_sync
+    if replicas == 1:
+        return batch
+    index = tf.cast(context.replica_id_in_sync_group, tf.int32)
 
-    def __init__(self, dataset: tf.data.Dataset, strategy):
-        self.iterator = iter(dataset)
-        self.strategy = strategy
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        batch = next(self.iterator)
-        replicas = self.strategy.num_replicas_in_sync
-        if replicas == 1:
-            return batch
-
-        def replica_slice(context):
-            i = context.replica_id_in_sync_group
-            return tf.nest.map_structure(
-                lambda t: t[i * (t.shape[0] // replicas):(i + 1) * (t.shape[0] // replicas)],
-                batch)
-        return self.strategy.experimental_distribute_values_from_function(replica_slice)
+    def part(t):
+        rows = -(-tf.shape(t)[0] // replicas)
+        return t[index * rows:(index + 1) * rows]
+    return tf.nest.map_structure(part, batch)
 
 
 def learning_rate(optimizer) -> float:

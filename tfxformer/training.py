@@ -26,7 +26,7 @@ from tfxformer.data.tokenizer import Tokenizer, train_tokenizer
 from tfxformer.distribute import is_chief, make_strategy
 from tfxformer.models.transformer import Transformer
 from tfxformer.schedules import TransformerSchedule, paper_adam
-from tfxformer.trainer import ReplicaBatches, Trainer, learning_rate
+from tfxformer.trainer import Trainer, learning_rate
 
 log = logging.getLogger("tfxformer")
 
@@ -173,7 +173,7 @@ def evaluate(trainer, tokenizer, split, strategy, sentences: int, translate_fn=N
     data = pipeline.eval_dataset(split.dataset(), tokenizer, batch_size=batch_size,
                                  with_text=False)
     totals = [0.0, 0.0, 0.0]
-    for batch in strategy.experimental_distribute_dataset(data):
+    for batch in data:
         totals = [t + float(v) for t, v in zip(totals, trainer.eval_step(batch), strict=True)]
     smoothed, nll, tokens = totals
     result = {"val_loss": smoothed / max(tokens, 1.0), "val_nll": nll / max(tokens, 1.0)}
@@ -228,9 +228,9 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         corpus.train.dataset(), tokenizer, batch_tokens=budget.per_step,
         max_length=config.max_length, num_replicas=replicas,
         shuffle_buffer=config.shuffle_buffer, seed=config.seed)
-    batches = ReplicaBatches(train_data, strategy)
+    batches = iter(train_data)
     manager = ckpt.Manager(config.model_dir, model, optimizer, config.keep_checkpoints,
-                           chief=chief, data_iterator=batches.iterator)
+                           chief=chief, data_iterator=batches)
     step = manager.restore_latest()
     if step == 0 and chief:
         pipeline.count_filtered(corpus.train.dataset(), tokenizer, max_length=config.max_length)
