@@ -11,8 +11,6 @@ same update.
 
 from __future__ import annotations
 
-import math
-
 import keras
 import tensorflow as tf
 
@@ -58,9 +56,7 @@ class Trainer:
         self._grad_fn = tf.function(self._replica_gradients, jit_compile=jit_compile)
         # One trace for every length bucket: batch dimensions are left unknown.
         batches = [BATCH_SPEC] * self.accumulation_steps
-        self._compute_fn = tf.function(self._compute, input_signature=[batches])
-        self._apply_fn = tf.function(
-            lambda grads: self.strategy.run(self._replica_apply, args=(grads,)))
+        self._step_fn = tf.function(self._step, input_signature=[batches])
         self.eval_step = tf.function(self._eval_step, input_signature=[BATCH_SPEC])
 
     # --- replica functions ----------------------------------------------------------------
@@ -112,6 +108,19 @@ class Trainer:
             SUM, self.strategy.run(self._replica_square_norm, args=(grads,)), axis=None)
         return self.strategy.reduce(SUM, loss, axis=None), tokens, square_norm, grads
 
+    def _step(self, batches):
+        """Computes the update and applies it only when loss and gradients are finite."""
+        loss, tokens, square_norm, grads = self._compute(batches)
+        finite = tf.math.is_finite(loss)
+        if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            finite = tf.logical_and(finite, tf.math.is_finite(square_norm))
+
+        def apply():
+            self.strategy.run(self._replica_apply, args=(grads,))
+            return tf.constant(True)
+        applied = tf.cond(finite, apply, lambda: tf.constant(False))
+        return loss, tokens, applied
+
     def train_step(self, iterator):
         """One update from `accumulation_steps` global batches of `iterator`.
 
@@ -121,13 +130,8 @@ class Trainer:
         mixed_float16 the loss-scale optimizer handles overflowing gradients itself.)
         """
         batches = [next(iterator) for _ in range(self.accumulation_steps)]
-        loss, tokens, square_norm, grads = self._compute_fn(batches)
-        loss, tokens = float(loss), float(tokens)
-        scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        finite = math.isfinite(loss) and (scaled or math.isfinite(float(square_norm)))
-        if finite:
-            self._apply_fn(grads)
-        return {"loss": loss, "tokens": tokens, "finite": finite}
+        loss, tokens, applied = self._step_fn(batches)
+        return {"loss": float(loss), "tokens": float(tokens), "finite": bool(applied)}
 
     def gradients(self, batch):
         """(loss, gradients summed over replicas) of one global batch, without updating.

@@ -169,13 +169,14 @@ def _combine(padding_mask, attention_mask):
 
 
 def _write(cache, new, index):
-    """Writes new (B, H, T, K) into cache (B, H, L, K) at positions [index, index + T)."""
+    """Writes new (B, H, T, K) into cache (B, H, L, K) at positions [index, index + T).
+
+    A select over all L positions rather than a dynamic slice update: it compiles with
+    XLA inside `tf.while_loop` (a dynamic slice update needs a compile-time start there).
+    """
     new = tf.cast(new, cache.dtype)
     index = tf.cast(index, tf.int32)
-    zero = tf.zeros_like(index)
-    begin = tf.stack([zero, zero, index, zero])
-    end = tf.stack([zero, zero, index + tf.shape(new)[2], zero])
-    # begin_mask/end_mask 0b1011: axes 0, 1 and 3 are taken whole.
-    return tf.raw_ops.TensorStridedSliceUpdate(
-        input=cache, begin=begin, end=end, strides=tf.ones([4], tf.int32), value=new,
-        begin_mask=0b1011, end_mask=0b1011)
+    offsets = tf.range(tf.shape(cache)[2]) - index  # (L,): position - index
+    inside = tf.logical_and(offsets >= 0, offsets < tf.shape(new)[2])
+    spread = tf.gather(new, tf.clip_by_value(offsets, 0, tf.shape(new)[2] - 1), axis=2)
+    return tf.where(inside[None, None, :, None], spread, cache)

@@ -160,12 +160,21 @@ class Encoder(keras.layers.Layer):
             attention_dropout=float(attention_dropout),
             activation_dropout=float(activation_dropout), norm_first=bool(norm_first),
             layer_norm_epsilon=float(layer_norm_epsilon))
-        self.stack = [EncoderLayer(name=f"layer_{i}", dtype=self.dtype_policy,
+        stack = [EncoderLayer(name=f"layer_{i}", dtype=self.dtype_policy,
                                     **self.layer_kwargs) for i in range(self.num_layers)]
+        # Each layer is its own attribute: Keras tracks layers kept in a list for .keras
+        # files but not for tf.train.Checkpoint (keras-team/keras#18398).
+        for i, layer in enumerate(stack):
+            setattr(self, f"layer_{i}", layer)
         self.final_norm = None
         if norm_first:
             self.final_norm = keras.layers.LayerNormalization(
                 epsilon=layer_norm_epsilon, name="final_norm", dtype=self.dtype_policy)
+
+    @property
+    def stack(self) -> list:
+        """The N layers, bottom first."""
+        return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
 
     def build(self, input_shape):
         for layer in self.stack:

@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""Translate stdin to stdout, one line out per line in, in order (beam search, §6.1).
+
+    python scripts/translate.py --model saved_models/en_de < input.en > output.de
+
+--model is an exported SavedModel (a version dir, or its export dir: the highest version
+is taken) or a trained run dir (config.json, spm.model, checkpoints/). Progress and
+throughput go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# Paper defaults (§6.1), also those of tfxformer.decoding; kept literal so that a
+# SavedModel is served without importing tfxformer.
+DEFAULTS = dict(beam_size=4, alpha=0.6, extra_length=50)
+BUFFER_BATCHES = 16  # lines read ahead, in batches, and sorted by length to batch well
+
+
+def _int_at_least(low):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+    return parse
+
+
+def _non_negative_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Translate lines from stdin to stdout with a tfxformer model. One output "
+                    "line per input line, in order; progress and throughput on stderr.")
+    parser.add_argument("--model", required=True, metavar="DIR",
+                        help="exported SavedModel version dir, its parent export dir (highest "
+                             "version taken), or a trained run dir with checkpoints")
+    parser.add_argument("--beam-size", type=_int_at_least(1), metavar="N",
+                        help="beam size, 1 = greedy (default: the export's, else 4)")
+    parser.add_argument("--alpha", type=_non_negative_float, metavar="A",
+                        help="length penalty exponent α in ((5 + |Y|) / 6)^α, 0 = none "
+                             "(default: the export's, else 0.6)")
+    parser.add_argument("--batch-size", type=_int_at_least(1), default=32, metavar="N",
+                        help="sentences per translation call (default: %(default)s)")
+    parser.add_argument("--max-extra-length", type=_int_at_least(0), metavar="N",
+                        help="maximum output length = source tokens + N "
+                             "(default: the export's, else 50)")
+    return parser, parser.parse_args(argv)
+
+
+def load_translate_fn(model_dir, options):
+    """Returns translate(list of bytes) -> list of str, for a SavedModel or a run dir."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    from tfxformer.serving.loading import resolve_model_dir
+
+    kind, path = resolve_model_dir(model_dir)
+    if kind == "saved_model":
+        try:
+            model = tf.saved_model.load(path)
+        except (tf.errors.OpError, OSError, ValueError) as err:
+            raise ValueError(f"Could not load the SavedModel {path!r}: {err}") from None
+        if "translate_with_options" not in model.signatures:
+            raise ValueError(f"SavedModel {path!r} has no `translate_with_options` signature "
+                             f"(has {sorted(model.signatures)}); export it with "
+                             "tfxformer.serving.export.")
+        function = model.signatures["translate_with_options"]
+        exported = _exported_options(model)
+    else:
+        from tfxformer.serving import Translator, load_run_dir
+
+        model, _, spm_bytes = load_run_dir(path)
+        translator = Translator(model, spm_bytes)
+        function = translator.translate_with_options
+        exported = {}
+    owner = model if kind == "saved_model" else translator  # tf.functions hold it weakly
+    chosen = {k: v if v is not None else exported.get(k, DEFAULTS[k])
+              for k, v in options.items()}
+    print(f"model: {path} ({kind.replace('_', ' ')}); beam size {chosen['beam_size']}, "
+          f"alpha {chosen['alpha']}, extra length {chosen['extra_length']}", file=sys.stderr)
+    beam_size = tf.constant(chosen["beam_size"], tf.int32)
+    alpha = tf.constant(chosen["alpha"], tf.float32)
+    extra = tf.constant(chosen["extra_length"], tf.int32)
+
+    def translate(lines, _owner=owner):
+        out = function(text=tf.constant(lines, tf.string), beam_size=beam_size, alpha=alpha,
+                       extra_length=extra)
+        return [t.decode("utf-8") for t in out["translation"].numpy()]
+    return translate
+
+
+def _exported_options(model):
+    """Decoding defaults from the export's config.json asset, if any."""
+    asset = getattr(model, "config_asset", None)
+    if asset is None:
+        return {}
+    with open(asset.asset_path.numpy().decode(), encoding="utf-8") as f:
+        return json.load(f).get("decoding", {})
+
+
+def translate_stream(translate, lines, batch_size):
+    """Yields one output per input line, in order; batches lines of similar length."""
+    buffer = []
+    for line in lines:
+        buffer.append(line)
+        if len(buffer) == batch_size * BUFFER_BATCHES:
+            yield from _translate_buffer(translate, buffer, batch_size)
+            buffer = []
+    yield from _translate_buffer(translate, buffer, batch_size)
+
+
+def _translate_buffer(translate, buffer, batch_size):
+    order = sorted(range(len(buffer)), key=lambda i: len(buffer[i]))
+    outputs = [None] * len(buffer)
+    for start in range(0, len(order), batch_size):
+        batch = order[start:start + batch_size]
+        for i, text in zip(batch, translate([buffer[i] for i in batch]), strict=True):
+            outputs[i] = text
+    yield from outputs
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    options = dict(beam_size=args.beam_size, alpha=args.alpha,
+                   extra_length=args.max_extra_length)
+    try:
+        translate = load_translate_fn(args.model, options)
+    except (FileNotFoundError, ValueError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    from tqdm import tqdm
+
+    lines = (line.rstrip(b"\r\n") for line in sys.stdin.buffer)
+    count, words, start = 0, 0, time.perf_counter()
+    with tqdm(unit=" sent", file=sys.stderr, desc="translating") as progress:
+        for text in translate_stream(translate, lines, args.batch_size):
+            text = text.replace("\r", " ").replace("\n", " ")  # one line out per line in
+            sys.stdout.buffer.write(text.encode("utf-8") + b"\n")
+            count, words = count + 1, words + len(text.split())
+            progress.update()
+    sys.stdout.flush()
+    seconds = time.perf_counter() - start
+    print(f"translated {count} lines in {seconds:.1f} s: {count / max(seconds, 1e-9):.2f} "
+          f"sentences/s, {words / max(seconds, 1e-9):.1f} words/s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""tfxformer.decoding: greedy and beam search (§6.1) on the key/value cache."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfxformer import Transformer
+from tfxformer.decoding import BOS_ID, EOS_ID, beam_search, greedy_decode, length_penalty
+from tfxformer.decoding.greedy import next_token_log_probs
+
+VOCAB = 40
+SOURCE = tf.constant([[5, 6, 7, 8, 9, 3], [10, 11, 3, 0, 0, 0], [12, 3, 0, 0, 0, 0]])
+
+
+@pytest.fixture(scope="module")
+def model():
+    tf.random.set_seed(7)
+    model = Transformer.from_preset("tiny", vocab_size=VOCAB, max_length=32)
+    model.build()
+    return model
+
+
+class BigramStub:
+    """A model with forced log-probabilities: the next token depends on the last one only.
+
+    Same interface as Transformer (encode, init_cache, decode_step, model_config).
+    `table[prev] = {token: probability}`; missing entries get probability ~0.
+    """
+
+    def __init__(self, table, vocab_size=8, max_length=64):
+        probs = np.full((vocab_size, vocab_size), 1e-12)
+        for prev, row in table.items():
+            for token, p in row.items():
+                probs[prev, token] = p
+        probs /= probs.sum(axis=1, keepdims=True)
+        self.log_probs = tf.constant(np.log(probs), tf.float32)
+        self.model_config = {"max_length": max_length}
+        self.steps = 0  # decode_step calls (counted in eager mode)
+
+    def encode(self, source_ids):
+        return tf.cast(source_ids, tf.float32)[..., None], tf.not_equal(source_ids, 0)
+
+    def init_cache(self, memory, max_length):
+        zeros = tf.zeros([tf.shape(memory)[0], 1, max_length, 1])
+        return [{"self": {"key": zeros, "value": zeros},
+                 "cross": {"key": memory[:, None], "value": memory[:, None]}}]
+
+    def decode_step(self, ids, source_mask, cache, cache_index):
+        self.steps += 1
+        return tf.gather(self.log_probs, ids[:, -1])[:, None, :], cache
+
+
+def _hypotheses(ids, lengths):
+    return [row[:n].tolist() for row, n in zip(ids.numpy(), lengths.numpy(), strict=True)]
+
+
+def test_beam_one_with_alpha_zero_equals_greedy(model):
+    greedy = greedy_decode(model, SOURCE, extra_length=6)
+    beam = beam_search(model, SOURCE, beam_size=1, alpha=0.0, extra_length=6)
+    assert _hypotheses(beam.ids[:, 0], beam.lengths[:, 0]) == _hypotheses(greedy.ids,
+                                                                         greedy.lengths)
+    np.testing.assert_allclose(beam.scores[:, 0], greedy.scores, rtol=1e-5)
+
+
+def test_cached_greedy_equals_uncached_decoding(model):
+    """The cache loop gives what re-running decode on the growing prefix gives."""
+    cached = greedy_decode(model, SOURCE, extra_length=6)
+    memory, mask = model.encode(SOURCE)
+    prefix = tf.fill([SOURCE.shape[0], 1], BOS_ID)
+    scores = np.zeros(SOURCE.shape[0])
+    done = np.zeros(SOURCE.shape[0], bool)
+    limits = np.sum(SOURCE.numpy() != 0, axis=1) + 6
+    for step in range(cached.ids.shape[1]):
+        log_probs = next_token_log_probs(model.decode(prefix, memory, mask)[:, -1]).numpy()
+        token = log_probs.argmax(axis=-1)
+        scores += np.where(done, 0.0, log_probs[np.arange(len(token)), token])
+        token = np.where(done, 0, token)
+        done |= (token == EOS_ID) | (step + 1 >= limits)
+        prefix = tf.concat([prefix, tf.constant(token[:, None], tf.int32)], axis=1)
+    np.testing.assert_array_equal(cached.ids, prefix[:, 1:])
+    np.testing.assert_allclose(cached.scores, scores, rtol=1e-4)
+
+
+def _teacher_forced_score(model, source, hypothesis, alpha):
+    """log P(hypothesis | source) / lp, by one teacher-forced decode (no cache)."""
+    memory, mask = model.encode(tf.constant([source]))
+    inputs = tf.constant([[BOS_ID] + hypothesis[:-1]])
+    log_probs = tf.nn.log_softmax(model.decode(inputs, memory, mask)[0]).numpy()
+    total = sum(log_probs[t, token] for t, token in enumerate(hypothesis))
+    return total / length_penalty(len(hypothesis), alpha).numpy()
+
+
+def test_beam_scores_equal_teacher_forced_rescoring(model):
+    """Each n-best score is the model's own: the self-attention caches followed their
+    hypotheses through the reorders, and each sentence saw its own tiled memory."""
+    out = beam_search(model, SOURCE, beam_size=3, alpha=0.6, extra_length=5)
+    assert out.ids.shape[:2] == (3, 3)
+    for b, source in enumerate(SOURCE.numpy()):
+        source = source[source != 0].tolist()
+        hypotheses = _hypotheses(out.ids[b], out.lengths[b])
+        assert len({tuple(h) for h in hypotheses}) == 3
+        scores = out.scores[b].numpy()
+        assert np.all(np.diff(scores) <= 0), scores  # best first
+        for hypothesis, score in zip(hypotheses, scores, strict=True):
+            assert len(hypothesis) <= len(source) + 5
+            expected = _teacher_forced_score(model, source, hypothesis, 0.6)
+            np.testing.assert_allclose(score, expected, rtol=1e-4)
+
+
+def test_forced_logits_yield_the_known_sequence():
+    stub = BigramStub({BOS_ID: {4: 0.9, 3: 0.1}, 4: {5: 0.9, 3: 0.1}, 5: {6: 0.9, 3: 0.1},
+                       6: {7: 0.9, 3: 0.1}, 7: {EOS_ID: 1.0}})
+    source = tf.constant([[4, 4, 3]])
+    greedy = greedy_decode(stub, source)
+    assert _hypotheses(greedy.ids, greedy.lengths) == [[4, 5, 6, 7, EOS_ID]]
+    beam = beam_search(stub, source, beam_size=3, alpha=0.6)
+    assert _hypotheses(beam.ids[:, 0], beam.lengths[:, 0]) == [[4, 5, 6, 7, EOS_ID]]
+    expected = 4 * math.log(0.9) / ((5 + 5) / 6) ** 0.6
+    np.testing.assert_allclose(beam.scores[0, 0], expected, rtol=1e-5)
+
+
+# BOS -> EOS 0.3 | a 0.6 | b 0.1;  a -> EOS 0.45 | a 0.55;  b -> EOS 0.5 | b 0.5
+A, B = 4, 5
+PENALTY_TABLE = {BOS_ID: {EOS_ID: 0.3, A: 0.6, B: 0.1}, A: {EOS_ID: 0.45, A: 0.55},
+                 B: {EOS_ID: 0.5, B: 0.5}}
+
+
+def _exhaustive_best(table, alpha, limit):
+    """argmax over every hypothesis of log P / ((5 + |Y|) / 6)^α, by enumeration."""
+    best = (-math.inf, None)
+    for length in range(1, limit + 1):
+        for tokens in itertools.product([EOS_ID, A, B], repeat=length):
+            if EOS_ID in tokens[:-1] or (length < limit and tokens[-1] != EOS_ID):
+                continue
+            prev, log_p = BOS_ID, 0.0
+            for token in tokens:
+                log_p += math.log(table.get(prev, {}).get(token, 1e-12))
+                prev = token
+            best = max(best, (log_p / ((5 + length) / 6) ** alpha, list(tokens)))
+    return best
+
+
+@pytest.mark.parametrize("alpha, expected", [(0.0, [EOS_ID]), (1.0, [A, EOS_ID])])
+def test_length_penalty_changes_the_choice_as_the_formula_says(alpha, expected):
+    """α = 0: [EOS] (log 0.3) beats [a, EOS] (log 0.27). α = 1: lp(1) = 1, lp(2) = 7/6, so
+    [a, EOS] scores log(0.27) * 6/7 = -1.122 > log(0.3) = -1.204 and wins."""
+    limit = 5
+    score, best = _exhaustive_best(PENALTY_TABLE, alpha, limit)
+    assert best == expected
+    stub = BigramStub(PENALTY_TABLE)
+    out = beam_search(stub, tf.constant([[A, EOS_ID]]), beam_size=4, alpha=alpha,
+                      extra_length=limit - 2)
+    assert _hypotheses(out.ids[:, 0], out.lengths[:, 0]) == [expected]
+    np.testing.assert_allclose(out.scores[0, 0], score, rtol=1e-5)
+
+
+def test_beam_search_stops_early_when_no_alive_hypothesis_can_win():
+    """BOS -> EOS 0.6 | a 0.4; a -> EOS 0.5 | a 0.5. With beam 2 and α = 0, after step 3
+    the best alive (0.4 · 0.5²) is below the worst finished ([a, EOS], 0.2): stop."""
+    stub = BigramStub({BOS_ID: {EOS_ID: 0.6, A: 0.4}, A: {EOS_ID: 0.5, A: 0.5}})
+    out = beam_search(stub, tf.constant([[A] * 10 + [EOS_ID]]), beam_size=2, alpha=0.0)
+    assert _hypotheses(out.ids[0], out.lengths[0]) == [[EOS_ID], [A, EOS_ID]]
+    assert stub.steps == 3  # the limit is 11 + 50 tokens
+
+
+def test_lengths_are_limited_by_source_plus_extra_and_by_positions(model):
+    out = beam_search(model, SOURCE, beam_size=2, extra_length=2)
+    limits = np.sum(SOURCE.numpy() != 0, axis=1) + 2
+    assert np.all(out.lengths.numpy() <= limits[:, None])
+    capped = greedy_decode(model, SOURCE, extra_length=100)  # model max_length = 32
+    assert capped.ids.shape[1] == 32 and np.all(capped.lengths <= 32)
+
+
+def test_empty_batch(model):
+    empty = tf.zeros([0, 3], tf.int32)
+    assert beam_search(model, empty, beam_size=2).ids.shape[:2] == (0, 2)
+    assert greedy_decode(model, empty).ids.shape[0] == 0
+
+
+def test_graph_mode_with_tensor_options_equals_eager(model):
+    search = tf.function(lambda s, k, a, e: beam_search(model, s, k, a, e))
+    graph = search(SOURCE, tf.constant(2), tf.constant(0.6), tf.constant(3))
+    eager = beam_search(model, SOURCE, beam_size=2, alpha=0.6, extra_length=3)
+    np.testing.assert_array_equal(graph.ids, eager.ids)
+    np.testing.assert_allclose(graph.scores, eager.scores, rtol=1e-5)
+
+
+def test_decoders_compile_with_xla():
+    """No Python loop per token and static loop shapes: the decoders jit-compile."""
+    stub = BigramStub(PENALTY_TABLE)
+    source = tf.constant([[A, A, EOS_ID], [A, EOS_ID, 0]])
+    compiled = tf.function(lambda s: beam_search(stub, s, beam_size=3, alpha=1.0),
+                           jit_compile=True)(source)
+    eager = beam_search(stub, source, beam_size=3, alpha=1.0)
+    np.testing.assert_array_equal(compiled.ids, eager.ids)
+    greedy = tf.function(lambda s: greedy_decode(stub, s), jit_compile=True)(source)
+    np.testing.assert_array_equal(greedy.ids, greedy_decode(stub, source).ids)
+
+
+def test_transformer_cache_compiles_with_xla(model):
+    tf.function(lambda s: greedy_decode(model, s, extra_length=2), jit_compile=True)(SOURCE)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(beam_size=0), "beam_size.*>= 1.*0"), (dict(beam_size=2.5), "beam_size"),
+    (dict(alpha=-0.5), "alpha.*>= 0.*-0.5"), (dict(extra_length=-1), "extra_length.*-1")])
+def test_bad_options_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        beam_search(BigramStub(PENALTY_TABLE), tf.constant([[A, EOS_ID]]), **kwargs)

@@ -1,0 +1,271 @@
+"""tfxformer.serving: trained run dirs, attention plots, script errors, the serving client."""
+
+import concurrent.futures
+import http.server
+import json
+import os
+import re
+import threading
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_serving import ROBUST_INPUTS, load_script, train_sentencepiece
+
+from tfxformer import Transformer
+from tfxformer.serving import (
+    Translator,
+    export_run_dir,
+    export_translator,
+    find_checkpoint,
+    load_run_dir,
+    read_run_config,
+    resolve_model_dir,
+    untracked_weights,
+)
+from tfxformer.serving.attention_plot import plot_attention, sentence_attention
+
+
+def _tiny(**overrides):
+    return Transformer.from_preset("tiny", vocab_size=320, max_length=40, **overrides)
+
+
+@pytest.fixture(scope="module")
+def spm_model():
+    return train_sentencepiece()
+
+
+@pytest.fixture(scope="module")
+def run_dir(spm_model, tmp_path_factory):
+    """A run dir as training writes it: config.json, spm.model, checkpoints/ckpt-<step>."""
+    path = tmp_path_factory.mktemp("run")
+    model = _tiny()
+    model.build()
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    tf.train.Checkpoint(model=model, optimizer=optimizer, step=tf.Variable(3, tf.int64)).write(
+        str(path / "checkpoints" / "ckpt-3"))
+    (path / "spm.model").write_bytes(spm_model)
+    (path / "config.json").write_text(json.dumps(
+        {"model": model.model_config, "src": "en", "tgt": "de", "max_length": 40}))
+    return str(path), model
+
+
+def test_checkpoint_reaches_every_model_weight():
+    """Keras 3 hides layers kept in Python lists from tf.train.Checkpoint; ours are not."""
+    model = _tiny()
+    model.build()
+    assert untracked_weights(model) == []
+
+
+def test_load_run_dir_restores_the_trained_weights(run_dir, spm_model):
+    path, trained = run_dir
+    model, config, spm_bytes = load_run_dir(path)
+    assert config["src"] == "en" and spm_bytes == spm_model
+    source, target = tf.constant([[7, 8, 9, 3]]), tf.constant([[2, 10, 11]])
+    np.testing.assert_allclose(model((source, target)), trained((source, target)), atol=1e-6)
+
+
+def test_a_checkpoint_of_another_model_is_refused(run_dir, tmp_path):
+    path, _ = run_dir
+    config = read_run_config(path)
+    config["model"]["num_layers"] = 3
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "spm.model").write_bytes(open(os.path.join(path, "spm.model"), "rb").read())
+    with pytest.raises(ValueError, match="does not match"):
+        load_run_dir(str(tmp_path), checkpoint=os.path.join(path, "checkpoints", "ckpt-3"))
+
+
+def test_run_dir_export_and_translate_script_agree(run_dir, tmp_path):
+    path, _ = run_dir
+    model, _, spm_bytes = load_run_dir(path)
+    texts = [b"A dog runs.", b"", b"\xff bad", "Zwei Männer".encode()]
+    expected = Translator(model, spm_bytes, beam_size=2, extra_length=3)(tf.constant(texts))
+    version = export_run_dir(path, str(tmp_path / "export"), beam_size=2, extra_length=3)
+    exported = tf.saved_model.load(version).signatures["serving_default"](text=texts)
+    assert exported["translation"].numpy().tolist() == expected["translation"].numpy().tolist()
+    options = dict(beam_size=2, alpha=0.6, extra_length=3)
+    translate = load_script("translate").load_translate_fn(path, options)
+    assert translate(texts) == [t.decode() for t in expected["translation"].numpy()]
+
+
+def test_plot_attention_script(run_dir, tmp_path):
+    output = tmp_path / "attention.png"
+    load_script("plot_attention").main(["--model", run_dir[0], "--text", "A dog.", "-o",
+                                        str(output), "--kinds", "cross", "--layers", "1"])
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_find_checkpoint_prefers_averaged_then_the_newest(tmp_path):
+    assert find_checkpoint(str(tmp_path)) is None
+    (tmp_path / "checkpoints").mkdir()
+    for step in (5, 12, 9):
+        (tmp_path / "checkpoints" / f"ckpt-{step}.index").touch()
+    assert find_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoints" / "ckpt-12")
+    (tmp_path / "averaged").mkdir()
+    (tmp_path / "averaged" / "ckpt-10.index").touch()
+    assert find_checkpoint(str(tmp_path)) == str(tmp_path / "averaged" / "ckpt-10")
+
+
+def test_resolve_model_dir(tmp_path):
+    export = tmp_path / "export"
+    for version in (1, 3, 10):
+        (export / str(version)).mkdir(parents=True)
+        (export / str(version) / "saved_model.pb").touch()
+    (export / "12").mkdir()  # no saved_model.pb: not a version
+    assert resolve_model_dir(str(export)) == ("saved_model", str(export / "10"))
+    assert resolve_model_dir(str(export / "3")) == ("saved_model", str(export / "3"))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    assert resolve_model_dir(str(tmp_path / "run")) == ("run_dir", str(tmp_path / "run"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        resolve_model_dir(str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="not a model dir.*Accepted"):
+        resolve_model_dir(str(export / "12"))
+
+
+def test_run_config_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No config.json"):
+        read_run_config(str(tmp_path))
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_run_config(str(tmp_path))
+    (tmp_path / "config.json").write_text('{"src": "en"}')
+    with pytest.raises(ValueError, match="vocab_size.*'src'"):
+        read_run_config(str(tmp_path))
+
+
+def test_translate_script_errors_for_bad_model_dirs(run_dir, tmp_path, capsys):
+    main = load_script("translate").main
+    (tmp_path / "empty").mkdir()
+    no_checkpoint = tmp_path / "no_checkpoint"
+    no_checkpoint.mkdir()
+    for name in ("config.json", "spm.model"):
+        (no_checkpoint / name).write_bytes(open(os.path.join(run_dir[0], name), "rb").read())
+    for model_dir, message in ((tmp_path / "missing", "does not exist"),
+                               (tmp_path / "empty", "is not a model dir"),
+                               (no_checkpoint, "No checkpoint")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--model", str(model_dir)])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_plot_attention_draws_every_layer_and_head(spm_model, tmp_path):
+    model = _tiny()
+    attention = sentence_attention(model, spm_model, "A dog runs $5 😀", extra_length=3)
+    source, target = len(attention.source_tokens), len(attention.target_tokens)
+    assert attention.source_tokens[-1] == "</s>" and target <= source + 3
+    assert attention.decoder_input_tokens[0] == "<s>"
+    for kind, shape in (("encoder", (4, source, source)), ("decoder", (4, target, target)),
+                        ("cross", (4, target, source))):
+        assert len(attention.weights[kind]) == 2  # layers
+        for weights in attention.weights[kind]:
+            assert weights.shape == shape
+            np.testing.assert_allclose(weights.sum(axis=-1), 1.0, rtol=1e-5)
+    path = plot_attention(attention, str(tmp_path / "attention.png"))
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="kinds.*accepted"):
+        plot_attention(attention, str(tmp_path / "x.png"), kinds=("self",))
+
+
+@pytest.fixture(scope="module")
+def served(spm_model, tmp_path_factory):
+    """An export loaded as a server would: (loaded SavedModel, in-process translator)."""
+    translator = Translator(_tiny(), spm_model, beam_size=2, extra_length=3)
+    version = export_translator(translator, str(tmp_path_factory.mktemp("export") / "tiny"))
+    return tf.saved_model.load(version), translator
+
+
+def _call_signature(loaded, name, inputs):
+    function = loaded.signatures[name]
+    specs = function.structured_input_signature[1]
+    out = function(**{k: tf.constant(v, specs[k].dtype) for k, v in inputs.items()})
+    return [t.decode() for t in out["translation"].numpy()], out["score"].numpy().tolist()
+
+
+class _FakeRestServing(http.server.BaseHTTPRequestHandler):
+    """TF Serving's REST predict API (columnar "inputs" -> "outputs") over one SavedModel."""
+
+    loaded = None
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        match = re.fullmatch(r"/v1/models/(\w+)(/versions/\d+)?:predict", self.path)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if not match or match.group(1) != "tiny":
+            return self._reply(404, {"error": "Servable not found for request"})
+        translations, scores = _call_signature(
+            self.loaded, body.get("signature_name", "serving_default"), body["inputs"])
+        self._reply(200, {"outputs": {"translation": translations, "score": scores}})
+
+    def _reply(self, code, payload):
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_serving_client_rest(served):
+    loaded, translator = served
+    _FakeRestServing.loaded = loaded
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeRestServing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client, port = load_script("serving_client"), server.server_address[1]
+    try:
+        texts = [t.decode("utf-8", "replace") for t in ROBUST_INPUTS[:12]]
+        translations, scores = client.predict_rest(texts, "tiny", "127.0.0.1", port)
+        expected = translator(tf.constant(texts))
+        assert translations == [t.decode() for t in expected["translation"].numpy()]
+        np.testing.assert_allclose(scores, expected["score"], rtol=1e-5)
+        greedy, _ = client.predict_rest(texts, "tiny", "127.0.0.1", port, version=1,
+                                        options={"beam_size": 1, "alpha": 0.0})
+        options = translator.translate_with_options(tf.constant(texts), 1, 0.0, 50)
+        assert greedy == [t.decode() for t in options["translation"].numpy()]
+        with pytest.raises(RuntimeError, match="HTTP 404.*Servable not found"):
+            client.predict_rest(texts, "other", "127.0.0.1", port)
+    finally:
+        server.shutdown()
+
+
+def test_serving_client_grpc_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "tensorflow_serving", None)
+    with pytest.raises(RuntimeError, match="pip install tensorflow-serving-api"):
+        load_script("serving_client").predict_grpc(["A dog."], "tiny")
+
+
+def test_serving_client_grpc(served):
+    grpc = pytest.importorskip("grpc")
+    apis = pytest.importorskip("tensorflow_serving.apis.prediction_service_pb2_grpc")
+    from tensorflow_serving.apis import predict_pb2
+
+    loaded, translator = served
+
+    class Servicer(apis.PredictionServiceServicer):
+        def Predict(self, request, context):  # noqa: N802 (gRPC's name)
+            inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+            translations, scores = _call_signature(loaded, request.model_spec.signature_name,
+                                                   inputs)
+            response = predict_pb2.PredictResponse()
+            response.outputs["translation"].CopyFrom(tf.make_tensor_proto(translations))
+            response.outputs["score"].CopyFrom(tf.make_tensor_proto(scores, tf.float32))
+            return response
+
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(2))
+    apis.add_PredictionServiceServicer_to_server(Servicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        client = load_script("serving_client")
+        texts = ["A dog runs.", "", "😀"]
+        translations, _ = client.predict_grpc(texts, "tiny", "127.0.0.1", port,
+                                              options={"extra_length": 2})
+        expected = translator.translate_with_options(tf.constant(texts), 4, 0.6, 2)
+        assert translations == [t.decode() for t in expected["translation"].numpy()]
+    finally:
+        server.stop(0)
