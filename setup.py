@@ -18,6 +18,7 @@ setup(
         "keras-nlp==0.32.*",
         "tensorflow-datasets==4.9.*",
         "sacrebleu==2.6.*",
+        "sacremoses>=0.1,<0.3",
         "sentencepiece==0.2.*",
         "matplotlib>=3.8,<4",
         "tqdm>=4.66,<5",
@@ -25,5 +26,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8,<10", "hypothesis>=6.100,<7", "ruff>=0.6"],
+        # gRPC client of scripts/serving_client.py
+        "serving": ["tensorflow-serving-api==2.21.*"],
     },
 )

@@ -1,0 +1,63 @@
+"""BLEU both ways (scripts/bleu.py): sacreBLEU and the paper's compound-split tokenized BLEU."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+from conftest import SHARED_DATA
+
+from tfxformer.bleu import compound_split_bleu, sacrebleu_scores, split_compounds
+
+NEWSTEST = os.path.join(SHARED_DATA, "wmt14", "newstest2014.de")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_split_compounds_as_get_ende_bleu_sh():
+    # Output of: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'
+    assert split_compounds("die Ost-West-Achse , E-Mail") == \
+        "die Ost ##AT##-##AT## West ##AT##-##AT## Achse , E ##AT##-##AT## Mail"
+    assert split_compounds("5 - 3") == "5 - 3"  # a free-standing dash is not a compound
+
+
+def test_compound_split_bleu_tokenizes_and_splits():
+    ref = ["Die Ost-West-Verbindung wurde 2014 eröffnet."]
+    hyp = ["Die Ost-Verbindung wurde 2014 eröffnet."]
+    tokenized = ["Die Ost ##AT##-##AT## West ##AT##-##AT## Verbindung wurde 2014 eröffnet ."]
+    expected = sacrebleu.corpus_bleu(["Die Ost ##AT##-##AT## Verbindung wurde 2014 eröffnet ."],
+                                     [tokenized], tokenize="none").score
+    assert compound_split_bleu(hyp, ref) == pytest.approx(expected)
+    assert compound_split_bleu(hyp, ref) > sacrebleu.corpus_bleu(hyp, [ref]).score
+
+
+def test_scores_on_newstest2014():
+    with open(NEWSTEST, encoding="utf-8") as f:
+        refs = [line.rstrip("\n") for line in f]
+    assert len(refs) == 3003
+    identity = sacrebleu_scores(refs, refs)
+    assert identity["bleu"] == pytest.approx(100) and identity["chrf"] == pytest.approx(100)
+    assert "case:mixed" in identity["signature"] and "tok:13a" in identity["signature"]
+    # Lower-casing the hypotheses costs cased BLEU but not lowercased BLEU.
+    lowered = sacrebleu_scores([r.lower() for r in refs[:500]], refs[:500])
+    assert lowered["bleu"] < 60 and lowered["bleu_lowercase"] == pytest.approx(100)
+    # Dropping every hyphen hurts the compound-split score more than sacreBLEU's.
+    dehyphenated = [r.replace("-", "") for r in refs[:500]]
+    split = compound_split_bleu(dehyphenated, refs[:500])
+    assert split < 100 and sacrebleu_scores(dehyphenated, refs[:500])["bleu"] < 100
+    with pytest.raises(ValueError, match="2 hypotheses but 3 references"):
+        sacrebleu_scores(["a", "b"], ["a", "b", "c"])
+
+
+def test_bleu_script(tmp_path):
+    hyp = tmp_path / "hyp.de"
+    with open(NEWSTEST, encoding="utf-8") as f:
+        hyp.write_text("".join(line for _, line in zip(range(3003), f, strict=False)),
+                       encoding="utf-8")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bleu.py"), "--hyp",
+                          str(hyp), "--ref", NEWSTEST], capture_output=True, text=True,
+                         check=True)
+    scores = json.loads(out.stdout.strip().splitlines()[-1])
+    assert scores["bleu"] == pytest.approx(100) and scores["bleu_compound_split"] == \
+        pytest.approx(100)
