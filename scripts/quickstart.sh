@@ -18,7 +18,7 @@ EXPORT_DIR=${EXPORT_DIR:-saved_models/quickstart}
 
 python scripts/train_wmt.py --data "$DATA" --src en --tgt de --preset "$PRESET" \
   --vocab-size 8000 --batch-tokens 6144 --max-length 128 --train-steps "$STEPS" \
-  --warmup-steps 800 --lr-scale 2 --checkpoint-every 250 --average-last 4 \
+  --warmup-steps 800 --lr-scale 2 --checkpoint-every 100 --average-last 3 \
   --eval-every 300 --eval-sentences 200 --cpu-devices 2 --precision bf16 \
   --model-dir "$RUN_DIR" --export-dir "$EXPORT_DIR"
 

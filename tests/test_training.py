@@ -1,5 +1,6 @@
 """End to end: scripts/train_wmt.py's library function on real text (Multi30k), 2 replicas."""
 
+import importlib.util
 import json
 import os
 
@@ -42,6 +43,15 @@ def _weights(model_dir, step, folder="checkpoints"):
     return model.get_weights()
 
 
+def _script(name):
+    """Imports scripts/<name>.py as a module."""
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     return _small_corpus(tmp_path_factory.mktemp("corpus"))
@@ -57,6 +67,14 @@ def test_train_on_real_text_lowers_the_loss_with_two_replicas(corpus, tmp_path):
     with open(tmp_path / "run" / "config.json", encoding="utf-8") as f:
         assert json.load(f)["model"]["vocab_size"] == 400
     # Checkpoint averaging (§6.1): the averaged weights are the mean of the last 3.
+    # The training curve (scripts/plot_training.py) reads the TensorBoard scalars.
+    plot_training = _script("plot_training")
+    series = plot_training.read_scalars(str(tmp_path / "run" / "logs"))
+    assert [step for step, _ in series["loss"]] == [10, 20, 30, 40]
+    assert [step for step, _ in series["val_loss"]] == [10, 40]
+    plot_training.plot(series, str(tmp_path / "curve.png"))
+    assert (tmp_path / "curve.png").stat().st_size > 10_000
+
     averaged = _weights(tmp_path / "run", 40, folder="averaged")
     last_three = zip(*[_weights(tmp_path / "run", s) for s in (20, 30, 40)], strict=True)
     assert len(averaged) == 85  # every weight of the tiny model, not only the embedding
