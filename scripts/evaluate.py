@@ -50,16 +50,6 @@ def load(model_path, checkpoint=None):
     return path, {"beam": wrap(beam), "greedy": wrap(greedy)}
 
 
-def translate_all(translate, lines, batch_size):
-    order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
-    out = [None] * len(lines)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        for i, text in zip(chunk, translate([lines[i] for i in chunk]), strict=True):
-            out[i] = text
-    return out
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,6 +70,7 @@ def main(argv=None) -> int:
 
     from tfxformer.bleu import compound_split_bleu, sacrebleu_scores
     from tfxformer.data.sources import iter_lines
+    from tfxformer.serving.batching import translate_in_length_order
 
     try:
         path, translators = load(args.model, args.checkpoint)
@@ -94,7 +85,7 @@ def main(argv=None) -> int:
     for name, (sources, references) in data.items():
         for mode in modes:
             start = time.perf_counter()
-            hyps = translate_all(translators[mode], sources, args.batch_size)
+            hyps = translate_in_length_order(translators[mode], sources, args.batch_size)
             seconds = time.perf_counter() - start
             row = dict(model=args.label or path, set=name, decoding=mode,
                        sentences=len(hyps), seconds=round(seconds, 1),

@@ -129,13 +129,9 @@ def translate_stream(translate, lines, batch_size):
 
 
 def _translate_buffer(translate, buffer, batch_size):
-    order = sorted(range(len(buffer)), key=lambda i: len(buffer[i]))
-    outputs = [None] * len(buffer)
-    for start in range(0, len(order), batch_size):
-        batch = order[start:start + batch_size]
-        for i, text in zip(batch, translate([buffer[i] for i in batch]), strict=True):
-            outputs[i] = text
-    yield from outputs
+    from tfxformer.serving.batching import translate_in_length_order
+
+    yield from translate_in_length_order(translate, buffer, batch_size)
 
 
 def main(argv=None):
