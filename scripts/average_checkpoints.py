@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         path = average_checkpoints(args.model_dir, args.last, args.output_dir)
-    except (FileNotFoundError, ValueError) as error:
+    except (OSError, ValueError) as error:  # missing, unreadable or mismatched files, named
         print(f"average_checkpoints.py: error: {error}", file=sys.stderr)
         return 2
     print(path)

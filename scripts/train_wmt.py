@@ -8,6 +8,9 @@ Examples:
   python scripts/train_wmt.py --data ../shared/data/multi30k --preset tiny \\
       --vocab-size 2000 --batch-tokens 2048 --train-steps 200 --cpu-devices 2 \\
       --model-dir runs/tiny --export-dir saved_models/tiny
+
+Exit status: 0 done; 2 an error naming what to fix; 3 a worker of a multi-worker run was
+lost (restart every worker with the same command to resume from the last checkpoint).
 """
 
 import argparse
@@ -87,12 +90,18 @@ def parse_args(argv=None) -> TrainConfig:
 
 
 def main(argv=None) -> int:
+    """Exit status: 0 done; 2 an error that a rerun of the same command repeats (settings,
+    data, run dir, non-finite loss with --on-nonfinite stop); 3 a lost worker of a
+    multi-worker run (rerun every worker: they resume from the last checkpoint)."""
     config = parse_args(argv)
-    from tfxformer.training import train_and_evaluate
+    from tfxformer.training import WorkerLostError, train_and_evaluate
 
     try:
         metrics = train_and_evaluate(config)
-    except (ValueError, FileNotFoundError, RuntimeError, FloatingPointError) as error:
+    except WorkerLostError as error:
+        print(f"train_wmt.py: error: {error}", file=sys.stderr)
+        return 3
+    except (ValueError, OSError, RuntimeError, FloatingPointError) as error:
         print(f"train_wmt.py: error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(metrics))

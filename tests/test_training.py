@@ -91,9 +91,3 @@ def test_stop_and_resume_equals_a_straight_run(corpus, tmp_path):
     train_and_evaluate(_config(corpus, resumed, 40, deterministic=True))
     for a, b in zip(_weights(straight, 40), _weights(resumed, 40), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-
-
-def test_a_different_preset_in_the_same_run_dir_is_refused(corpus, tmp_path):
-    train_and_evaluate(_config(corpus, tmp_path / "run", 10))
-    with pytest.raises(ValueError, match="num_layers"):
-        train_and_evaluate(_config(corpus, tmp_path / "run", 20, preset="small"))

@@ -85,6 +85,29 @@ def make_strategy(cpu_devices: int | None = None) -> tf.distribute.Strategy:
     return strategy
 
 
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    """Whether `strategy` spans several worker processes."""
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
+        num_workers_in_tf_config() > 1
+
+
+def barrier(strategy: tf.distribute.Strategy) -> None:
+    """Waits until every worker of a multi-worker run gets here (a no-op otherwise).
+
+    A collective all-reduce: it waits as long as the slowest worker needs, and fails with
+    `tf.errors.UnavailableError` instead of waiting forever when a worker dies (the
+    coordination service's heartbeats abort pending collectives).
+    """
+    if not is_multi_worker(strategy):
+        return
+
+    @tf.function
+    def all_reduce():
+        ones = strategy.run(lambda: tf.ones([]))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None)
+    all_reduce()
+
+
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """Whether this process writes checkpoints, logs and exports (the chief worker)."""
     resolver = getattr(strategy, "cluster_resolver", None)
@@ -94,3 +117,13 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
         return True
     has_chief = "chief" in resolver.cluster_spec().as_dict()
     return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
+
+
+def lost_worker_reason(error: Exception) -> str:
+    """The useful part of the error a collective raises when a peer worker is lost."""
+    text = " ".join(str(getattr(error, "message", error)).split())
+    marker = "Collective ops is aborted by:"
+    reason = text[text.index(marker) + len(marker):] if marker in text else text
+    for boilerplate in (" The tasks have crashed.", " The error could be from", " [["):
+        reason = reason.split(boilerplate)[0]
+    return reason.strip()[:300]

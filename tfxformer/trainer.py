@@ -11,7 +11,11 @@ same update.
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tfxformer.layers.masks import PAD_ID
@@ -176,6 +180,40 @@ def replica_slice(batch):
         rows = -(-tf.shape(t)[0] // replicas)
         return t[index * rows:(index + 1) * rows]
     return tf.nest.map_structure(part, batch)
+
+
+# Fault injection for tests only: comma-separated update numbers whose first attempt the
+# training loop runs inside `nan_embeddings`, so that loss and gradients are non-finite.
+NONFINITE_FAULT_ENV = "TFXFORMER_FAULT_NONFINITE_STEPS"
+
+
+def nonfinite_fault_steps() -> set[int]:
+    """The update numbers that NONFINITE_FAULT_ENV asks to poison (empty when unset)."""
+    raw = os.environ.get(NONFINITE_FAULT_ENV, "")
+    try:
+        return {int(part) for part in raw.split(",") if part.strip()}
+    except ValueError:
+        raise ValueError(f"{NONFINITE_FAULT_ENV}={raw!r}: expected comma-separated update "
+                         "numbers, e.g. '7,12'.") from None
+
+
+@contextlib.contextmanager
+def nan_embeddings(model, active: bool = True):
+    """Fault injection for tests: the shared embedding is NaN inside the block.
+
+    A train step run inside it has a NaN loss and NaN gradients, so it exercises the
+    non-finite path; the weights are put back afterwards (a skipped step changes none).
+    """
+    if not active:
+        yield
+        return
+    variable = model.embedding.embeddings
+    saved = keras.ops.convert_to_numpy(variable)
+    variable.assign(np.full_like(saved, np.nan))
+    try:
+        yield
+    finally:
+        variable.assign(saved)
 
 
 def learning_rate(optimizer) -> float:

@@ -9,6 +9,7 @@ vocabulary), `checkpoints/ckpt-<step>`, `averaged/ckpt-<step>`, `logs/` (TensorB
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -23,14 +24,27 @@ from tfxformer import checkpoints as ckpt
 from tfxformer.config import get_preset
 from tfxformer.data import pipeline, sources
 from tfxformer.data.tokenizer import Tokenizer, train_tokenizer
-from tfxformer.distribute import is_chief, make_strategy
+from tfxformer.distribute import (
+    barrier,
+    is_chief,
+    is_multi_worker,
+    lost_worker_reason,
+    make_strategy,
+)
 from tfxformer.models.transformer import Transformer
 from tfxformer.schedules import TransformerSchedule, paper_adam
-from tfxformer.trainer import Trainer, learning_rate
+from tfxformer.trainer import Trainer, learning_rate, nan_embeddings, nonfinite_fault_steps
 
 log = logging.getLogger("tfxformer")
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+# With --on-nonfinite skip, this many non-finite updates in a row stop training: the run
+# is diverging, and skipping forever would look like progress that never comes.
+MAX_CONSECUTIVE_NONFINITE = 50
+
+
+class WorkerLostError(RuntimeError):
+    """A worker of a multi-worker run died or became unreachable: restart every worker."""
 
 
 @dataclasses.dataclass
@@ -96,46 +110,42 @@ def set_precision(precision: str) -> None:
     keras.mixed_precision.set_global_policy(policy)
 
 
-def _setup_logging(model_dir: str, chief: bool) -> None:
+def _setup_logging(model_dir: str | None) -> None:
+    """INFO to stderr, and with `model_dir` (the chief's) to `model_dir/train.log`."""
     log.setLevel(logging.INFO)
     log.propagate = False  # one line per message, whatever the root logger does
-    if not any(isinstance(h, logging.StreamHandler) for h in log.handlers):
-        handler = logging.StreamHandler()
+    for handler in [h for h in log.handlers if getattr(h, "tfxformer_run", False)]:
+        log.removeHandler(handler)  # an earlier run's, in the same process
+        handler.close()
+    handlers = [logging.StreamHandler()]  # today's sys.stderr
+    if model_dir:
+        handlers.append(logging.FileHandler(os.path.join(model_dir, "train.log"),
+                                            encoding="utf-8"))
+    for handler in handlers:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.tfxformer_run = True
         log.addHandler(handler)
-    if chief:
-        path = os.path.join(model_dir, "train.log")
-        if not any(getattr(h, "baseFilename", None) == path for h in log.handlers):
-            handler = logging.FileHandler(path, encoding="utf-8")
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-            log.addHandler(handler)
 
 
-def prepare_vocabulary(config: TrainConfig, corpus, chief: bool) -> Tokenizer:
-    """Loads `spm.model` from the run dir, or trains it (chief) / waits for it (others)."""
+def prepare_vocabulary(config: TrainConfig, corpus, strategy, chief: bool) -> Tokenizer:
+    """Loads `spm.model` from the run dir, or trains it (chief) while the others wait."""
     path = os.path.join(config.model_dir, "spm.model")
-    if not os.path.exists(path):
-        if chief:
-            log.info("Training the shared %d-token SentencePiece BPE vocabulary on %s",
-                     config.vocab_size, corpus.origin)
-            train_tokenizer(corpus.training_text(), config.vocab_size,
-                            save_dir=config.model_dir, seed=config.seed)
-        else:
-            _wait_for(path)
+    if chief and not os.path.exists(path):
+        log.info("Training the shared %d-token SentencePiece BPE vocabulary on %s",
+                 config.vocab_size, corpus.origin)
+        trained = train_tokenizer(corpus.training_text(), config.vocab_size, seed=config.seed)
+        ckpt.write_atomically(path, trained.proto)  # a kill never leaves half a vocabulary
+        log.info("Saved the vocabulary to %s", path)
+    barrier(strategy)  # the other workers read the chief's file
+    if not os.path.exists(path) and not chief:
+        raise FileNotFoundError(f"{path} does not exist after the chief wrote it: every "
+                                "worker needs the same --model-dir (a shared filesystem).")
     tokenizer = ckpt.load_vocabulary(path)
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(
             f"{path} has {tokenizer.vocab_size} tokens but --vocab-size is "
             f"{config.vocab_size}; use a new --model-dir or the vocabulary's size.")
     return tokenizer
-
-
-def _wait_for(path: str, timeout_s: float = 3600.0) -> None:
-    start = time.time()
-    while not os.path.exists(path):
-        if time.time() - start > timeout_s:
-            raise TimeoutError(f"Waited {timeout_s:.0f}s for the chief to write {path}.")
-        time.sleep(2.0)
 
 
 def build_training(config: TrainConfig, strategy):
@@ -187,41 +197,89 @@ def evaluate(trainer, tokenizer, split, strategy, sentences: int, translate_fn=N
     return result
 
 
-def _write_config(config: TrainConfig, model_config: dict, chief: bool) -> None:
+def _write_config(config: TrainConfig, model_config: dict, chief: bool,
+                  tokenizer: Tokenizer) -> None:
     """Writes config.json, or checks a resumed run against the one already there."""
     path = os.path.join(config.model_dir, "config.json")
     record = {"model": model_config, "src": config.src, "tgt": config.tgt,
               "max_length": config.max_length, "preset": config.preset,
+              "vocabulary_sha256": hashlib.sha256(tokenizer.proto).hexdigest(),
               "train": dataclasses.asdict(config)}
     if os.path.exists(path):
         ckpt.check_compatible(path, record)
     elif chief:
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
-        os.replace(path + ".tmp", path)
+        ckpt.write_atomically(path, json.dumps(record, indent=2).encode("utf-8"))
+
+
+def _data_settings(config: TrainConfig, replicas: int) -> dict:
+    """The settings that shape the training pipeline (and so its checkpointed position)."""
+    names = ("batch_tokens", "accumulation_steps", "max_length", "shuffle_buffer", "seed")
+    return dict({name: getattr(config, name) for name in names}, replicas=replicas)
+
+
+def _check_splits(config: TrainConfig, corpus) -> None:
+    """Empty training data, or empty validation data to evaluate on, is an error."""
+    if corpus.train.num_examples == 0:
+        raise ValueError(f"The training split {corpus.train.origin} is empty.")
+    if config.eval_every and corpus.val.num_examples == 0:
+        raise ValueError(f"The validation split {corpus.val.origin} is empty; give it pairs, "
+                         "or pass --eval-every 0 to train without evaluation.")
+
+
+def _check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer) -> None:
+    """Counts what the length filter keeps; none kept would make tf.data spin forever."""
+    stats = pipeline.count_filtered(corpus.train.dataset(), tokenizer,
+                                    max_length=config.max_length)
+    if stats.kept == 0:
+        raise ValueError(f"No training pair of {corpus.train.origin} is usable: {stats}. "
+                         "Pairs need a non-empty source and target of at most --max-length "
+                         f"{config.max_length} tokens each (BOS/EOS included).")
 
 
 def train_and_evaluate(config: TrainConfig) -> dict:
-    """Runs (or resumes) training as `config` says; returns the last metrics."""
+    """Runs (or resumes) training as `config` says; returns the last metrics.
+
+    Raises:
+        ValueError, FileNotFoundError: bad settings, data, vocabulary, config.json or
+            checkpoint (the message names the file and what is accepted).
+        FloatingPointError: non-finite loss or gradient with --on-nonfinite stop (or too
+            many in a row with skip).
+        WorkerLostError: another worker of a multi-worker run died or became unreachable.
+    """
     config.validate()
     if config.deterministic:
         keras.utils.set_random_seed(config.seed)
         tf.config.experimental.enable_op_determinism()
     set_precision(config.precision)
+    _setup_logging(None)
     strategy = make_strategy(config.cpu_devices)
     chief = is_chief(strategy)
     os.makedirs(config.model_dir, exist_ok=True)
-    _setup_logging(config.model_dir, chief)
-    replicas = strategy.num_replicas_in_sync
-    log.info("%d replicas in sync (%s)", replicas, type(strategy).__name__)
+    _setup_logging(config.model_dir if chief else None)
+    log.info("%d replicas in sync (%s)", strategy.num_replicas_in_sync, type(strategy).__name__)
+    try:
+        return _run(config, strategy, chief)
+    except tf.errors.UnavailableError as error:
+        if not is_multi_worker(strategy):
+            raise
+        raise WorkerLostError(
+            f"Lost contact with another worker of this multi-worker run "
+            f"({lost_worker_reason(error)}); a worker that stopped with an error says why in "
+            "its own log. Restart every worker with the same command; they resume from the "
+            "last checkpoint: "
+            f"{ckpt.describe_last_checkpoint(config.model_dir)}.") from error
 
+
+def _run(config: TrainConfig, strategy, chief: bool) -> dict:
     corpus = sources.load_corpus(config.data, config.src, config.tgt,
                                  data_dir=config.tfds_data_dir,
                                  manual_dir=config.tfds_manual_dir)
-    tokenizer = prepare_vocabulary(config, corpus, chief)
+    _check_splits(config, corpus)
+    tokenizer = prepare_vocabulary(config, corpus, strategy, chief)
     model, optimizer, trainer = build_training(config, strategy)
-    _write_config(config, model.model_config, chief)
+    _write_config(config, model.model_config, chief, tokenizer)
     log.info("Model %s: %s parameters", config.preset, f"{model.count_params():,}")
+    replicas = strategy.num_replicas_in_sync
     budget = pipeline.TokenBudget(config.batch_tokens * config.accumulation_steps, replicas,
                                   config.accumulation_steps)
     train_data = pipeline.train_dataset(
@@ -230,10 +288,11 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         shuffle_buffer=config.shuffle_buffer, seed=config.seed)
     batches = iter(train_data)
     manager = ckpt.Manager(config.model_dir, model, optimizer, config.keep_checkpoints,
-                           chief=chief, data_iterator=batches)
+                           chief=chief, data_iterator=batches,
+                           data_settings=_data_settings(config, replicas))
     step = manager.restore_latest()
-    if step == 0 and chief:
-        pipeline.count_filtered(corpus.train.dataset(), tokenizer, max_length=config.max_length)
+    if step == 0:  # every worker: one that found nothing to train on would spin forever
+        _check_training_pairs(config, corpus, tokenizer)
     translate_fn = make_translate_fn(model, tokenizer, config.beam_size, config.alpha) \
         if config.eval_sentences else None
     writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "logs")) \
@@ -253,37 +312,39 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     return metrics
 
 
+def _on_nonfinite(config: TrainConfig, step: int, loss: float, in_a_row: int) -> None:
+    """Logs a skipped update, or raises FloatingPointError naming the step."""
+    message = f"Non-finite loss or gradient at step {step} (loss {loss}); the update was " \
+              "not applied"
+    if config.on_nonfinite == "skip" and in_a_row < MAX_CONSECUTIVE_NONFINITE:
+        log.warning("%s: skipped (--on-nonfinite skip).", message)
+        return
+    why = "--on-nonfinite stop" if config.on_nonfinite == "stop" else \
+        f"{in_a_row} non-finite updates in a row"
+    raise FloatingPointError(f"{message}; stopping ({why}). The last good checkpoint is "
+                             f"kept: {ckpt.describe_last_checkpoint(config.model_dir)}.")
+
+
 def _train_loop(config, trainer, iterator, manager, writer, step, run_eval) -> dict:
     """Steps until `config.train_steps`, logging, evaluating and checkpointing."""
     metrics: dict = {}
     bar = tqdm(total=config.train_steps, initial=step, unit="step", dynamic_ncols=True,
                disable=None)
-    window_tokens, window_start, window_loss, window_steps = 0.0, time.time(), 0.0, 0
+    window = _Window()
+    faults, in_a_row = nonfinite_fault_steps(), 0
     while step < config.train_steps:
-        result = trainer.train_step(iterator)
+        with nan_embeddings(trainer.model, step + 1 in faults):
+            result = trainer.train_step(iterator)
+        faults.discard(step + 1)
         if not result["finite"]:
-            message = (f"Non-finite loss or gradient at step {step + 1} "
-                       f"(loss {result['loss']}); the update was skipped")
-            if config.on_nonfinite == "stop":
-                raise FloatingPointError(message + f"; stopping. The last good checkpoint "
-                                         f"is kept in {manager.directory}.")
-            log.warning(message + ".")
+            in_a_row += 1
+            _on_nonfinite(config, step + 1, result["loss"], in_a_row)
             continue
-        step += 1
+        step, in_a_row = step + 1, 0
         bar.update(1)
-        window_tokens += result["tokens"]
-        window_loss += result["loss"]
-        window_steps += 1
+        window.add(result)
         if step % config.log_every == 0 or step == config.train_steps:
-            elapsed = max(time.time() - window_start, 1e-9)
-            metrics = {"loss": window_loss / window_steps, "lr": learning_rate(trainer.optimizer),
-                       "tokens_per_second": window_tokens / elapsed}
-            bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{metrics['lr']:.2e}",
-                            tok_s=f"{metrics['tokens_per_second']:.0f}")
-            log.info("step %d loss %.4f lr %.3e target tokens/s %.0f", step, metrics["loss"],
-                     metrics["lr"], metrics["tokens_per_second"])
-            _summaries(writer, step, metrics)
-            window_tokens, window_start, window_loss, window_steps = 0.0, time.time(), 0.0, 0
+            metrics = window.report(step, trainer.optimizer, bar, writer)
         if step % config.checkpoint_every == 0 or step == config.train_steps:
             manager.save(step)
         if config.eval_every and (step % config.eval_every == 0 or step == config.train_steps):
@@ -294,6 +355,33 @@ def _train_loop(config, trainer, iterator, manager, writer, step, run_eval) -> d
     bar.close()
     metrics["step"] = step
     return metrics
+
+
+class _Window:
+    """Loss and throughput since the last log line."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.tokens, self.loss, self.steps, self.start = 0.0, 0.0, 0, time.time()
+
+    def add(self, result: dict) -> None:
+        self.tokens += result["tokens"]
+        self.loss += result["loss"]
+        self.steps += 1
+
+    def report(self, step, optimizer, bar, writer) -> dict:
+        elapsed = max(time.time() - self.start, 1e-9)
+        metrics = {"loss": self.loss / max(self.steps, 1), "lr": learning_rate(optimizer),
+                   "tokens_per_second": self.tokens / elapsed}
+        bar.set_postfix(loss=f"{metrics['loss']:.3f}", lr=f"{metrics['lr']:.2e}",
+                        tok_s=f"{metrics['tokens_per_second']:.0f}")
+        log.info("step %d loss %.4f lr %.3e target tokens/s %.0f", step, metrics["loss"],
+                 metrics["lr"], metrics["tokens_per_second"])
+        _summaries(writer, step, metrics)
+        self.reset()
+        return metrics
 
 
 def _summaries(writer, step, values: dict) -> None:

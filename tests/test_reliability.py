@@ -1,0 +1,297 @@
+"""Reliability of training: non-finite steps, broken run dirs, hostile data (in process).
+
+Kills of a running training are in test_reliability_kill.py, lost workers of a multi-worker
+run in test_multiworker.py, hostile input to the exported translator in
+test_reliability_serving.py. The helpers here are shared with them.
+"""
+
+import glob
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import SHARED_DATA
+from sentencepiece import sentencepiece_model_pb2
+
+from tfxformer.checkpoints import KILL_AT_SAVE_ENV, average_checkpoints
+from tfxformer.data.pipeline import count_filtered
+from tfxformer.data.sources import load_corpus
+from tfxformer.data.tokenizer import Tokenizer
+from tfxformer.trainer import NONFINITE_FAULT_ENV
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN_WMT = os.path.join(ROOT, "scripts", "train_wmt.py")
+
+
+def tiny_corpus(folder, lines=300):
+    """The first `lines` Multi30k pairs as a text folder (train; val = its first 20)."""
+    os.makedirs(folder, exist_ok=True)
+    for lang in ("en", "de"):
+        with open(os.path.join(SHARED_DATA, "multi30k", f"train.{lang}"), encoding="utf-8") as f:
+            text = [next(f) for _ in range(lines)]
+        with open(os.path.join(folder, f"train.{lang}"), "w", encoding="utf-8") as f:
+            f.write("".join(text))
+        with open(os.path.join(folder, f"val.{lang}"), "w", encoding="utf-8") as f:
+            f.write("".join(text[:20]))
+    return str(folder)
+
+
+def script_args(data, model_dir, steps, **overrides):
+    """train_wmt.py flags of a tiny run: ~20 ms per step on one CPU."""
+    flags = dict(data=data, model_dir=model_dir, train_steps=steps, preset="tiny",
+                 vocab_size=400, batch_tokens=512, max_length=32, warmup_steps=10,
+                 checkpoint_every=2, keep_checkpoints=5, log_every=1, eval_every=0,
+                 eval_sentences=0, average_last=0, shuffle_buffer=300, cpu_devices=1)
+    flags.update(overrides)
+    args = []
+    for name, value in flags.items():
+        if value is True:
+            args.append("--" + name.replace("_", "-"))
+        elif value is not False:
+            args += ["--" + name.replace("_", "-"), str(value)]
+    return args
+
+
+def clean_env(**extra):
+    """The environment of a training subprocess, without the fault-injection switches."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (KILL_AT_SAVE_ENV, NONFINITE_FAULT_ENV, "TF_CONFIG")}
+    env.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def checkpoint_state(model_dir):
+    """(latest, all listed) checkpoint names of the run dir's state file."""
+    state = tf.train.get_checkpoint_state(os.path.join(model_dir, "checkpoints"))
+    return (os.path.basename(state.model_checkpoint_path),
+            [os.path.basename(p) for p in state.all_model_checkpoint_paths])
+
+
+def assert_complete(model_dir, name):
+    prefix = os.path.join(model_dir, "checkpoints", name)
+    assert os.path.exists(prefix + ".index"), prefix
+    assert glob.glob(prefix + ".data-*"), prefix
+
+
+def model_tensors(model_dir, name):
+    """The model weights (and dropout seed states) stored in checkpoint `name`."""
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, "checkpoints", name))
+    keys = sorted(k for k in reader.get_variable_to_shape_map()
+                  if k.startswith(("model/", "model_state/")) and "OPTIMIZER" not in k)
+    return {k: reader.get_tensor(k) for k in keys}
+
+
+def _load_train_wmt():
+    spec = importlib.util.spec_from_file_location("train_wmt", TRAIN_WMT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+train_wmt = _load_train_wmt()
+
+
+def run_main(capsys, args):
+    """scripts/train_wmt.py's main() in this process: (exit status, last line of stderr)."""
+    capsys.readouterr()
+    status = train_wmt.main(args)
+    return status, capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return tiny_corpus(tmp_path_factory.mktemp("corpus") / "data")
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    """A run dir trained for 4 steps: spm.model, config.json, ckpt-2 and ckpt-4."""
+    model_dir = str(tmp_path_factory.mktemp("trained") / "run")
+    assert train_wmt.main(script_args(corpus, model_dir, 4)) == 0
+    return model_dir
+
+
+def test_a_nonfinite_step_is_skipped_and_named(corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(NONFINITE_FAULT_ENV, "3,5")
+    model_dir = str(tmp_path / "run")
+    status, _ = run_main(capsys, script_args(corpus, model_dir, 6, cpu_devices=2))
+    assert status == 0
+    with open(os.path.join(model_dir, "train.log"), encoding="utf-8") as f:
+        log = f.read()
+    for step in (3, 5):
+        assert f"Non-finite loss or gradient at step {step} (loss nan)" in log
+    assert log.count("skipped (--on-nonfinite skip)") == 2
+    assert checkpoint_state(model_dir) == ("ckpt-6", ["ckpt-2", "ckpt-4", "ckpt-6"])
+
+
+def test_a_nonfinite_step_stops_keeping_the_last_good_checkpoint(corpus, tmp_path,
+                                                                monkeypatch, capsys):
+    monkeypatch.setenv(NONFINITE_FAULT_ENV, "5")
+    model_dir = str(tmp_path / "run")
+    status, err = run_main(capsys, script_args(corpus, model_dir, 8, on_nonfinite="stop"))
+    assert status == 2
+    assert err.startswith("train_wmt.py: error: Non-finite loss or gradient at step 5 ")
+    assert "--on-nonfinite stop" in err and os.path.join("checkpoints", "ckpt-4") in err
+    assert checkpoint_state(model_dir) == ("ckpt-4", ["ckpt-2", "ckpt-4"])
+    assert not glob.glob(os.path.join(model_dir, "checkpoints", "ckpt-[5-8].*"))
+
+
+def _truncate(path, size=100):
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
+def _write(path, data: bytes):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _other_vocabulary(path):
+    """The same vocabulary with one piece's score changed: valid, same size, other bytes."""
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(path, "rb") as f:
+        proto.ParseFromString(f.read())
+    proto.pieces[300].score -= 1.0
+    _write(path, proto.SerializeToString())
+
+
+BROKEN_RUN_DIRS = {  # name: (damage, file named in the error, phrase of the error)
+    "truncated data": (lambda d: _truncate(glob.glob(f"{d}/checkpoints/ckpt-4.data-*")[0]),
+                       "checkpoints/ckpt-4", "is corrupt or truncated"),
+    "garbage index": (lambda d: _write(f"{d}/checkpoints/ckpt-4.index", b"garbage" * 9),
+                      "checkpoints/ckpt-4", "is corrupt or truncated"),
+    "missing index": (lambda d: os.remove(f"{d}/checkpoints/ckpt-4.index"),
+                      "checkpoints/ckpt-4", "is incomplete"),
+    "garbage state": (lambda d: _write(f"{d}/checkpoints/checkpoint", b"garbage {"),
+                      "checkpoints/checkpoint", "is unreadable"),
+    "garbage vocabulary": (lambda d: _write(f"{d}/spm.model", b"\x00garbage"),
+                           "spm.model", "is not a valid SentencePiece model"),
+    "other vocabulary": (lambda d: _other_vocabulary(f"{d}/spm.model"),
+                         "config.json", "spm.model is not the vocabulary"),
+    "config not JSON": (lambda d: _write(f"{d}/config.json", b'{"model": {"d_mod'),
+                        "config.json", "Cannot read"),
+    "config not an object": (lambda d: _write(f"{d}/config.json", b"[1, 2]"),
+                             "config.json", "holds a JSON list"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_RUN_DIRS))
+def test_a_broken_run_dir_is_refused_naming_the_file(case, corpus, trained, tmp_path, capsys):
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(trained, model_dir)
+    damage, file, phrase = BROKEN_RUN_DIRS[case]
+    damage(model_dir)
+    status, err = run_main(capsys, script_args(corpus, model_dir, 6))
+    assert status == 2, err
+    assert err.startswith("train_wmt.py: error: ")
+    assert os.path.join(model_dir, file) in err and phrase in err, err
+
+
+def test_a_different_preset_is_refused_naming_the_settings(corpus, trained, capsys):
+    status, err = run_main(capsys, script_args(corpus, trained, 6, preset="small"))
+    assert status == 2
+    assert os.path.join(trained, "config.json") in err
+    assert "model.num_layers: 2 in the run dir, 3 now" in err
+
+
+def test_deleted_latest_checkpoint_resumes_from_the_previous_one(corpus, trained, tmp_path,
+                                                                capsys):
+    """What the errors above advise: delete the broken checkpoint's files, rerun."""
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(trained, model_dir)
+    for path in glob.glob(os.path.join(model_dir, "checkpoints", "ckpt-4.*")):
+        os.remove(path)
+    # A different token budget as well: the saved pipeline position cannot be restored
+    # into another pipeline (that hung tf.data), so the pipeline restarts instead.
+    status, err = run_main(capsys, script_args(corpus, model_dir, 6, batch_tokens=1024))
+    assert status == 0, err
+    with open(os.path.join(model_dir, "train.log"), encoding="utf-8") as f:
+        log = f.read()
+    assert "has no files; resuming from" in log and "at step 2" in log
+    assert "batch_tokens: 512 -> 1024" in log
+    assert checkpoint_state(model_dir)[0] == "ckpt-6"
+
+
+def test_averaging_leaves_out_listed_checkpoints_whose_files_are_gone(trained, tmp_path):
+    """A kill while old checkpoints are deleted leaves them listed in the state file."""
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(trained, model_dir)
+    for path in glob.glob(os.path.join(model_dir, "checkpoints", "ckpt-2.*")):
+        os.remove(path)
+    saved = average_checkpoints(model_dir, last=2)
+    averaged = tf.train.load_checkpoint(saved)
+    for key, value in model_tensors(model_dir, "ckpt-4").items():
+        if key.startswith("model/"):
+            np.testing.assert_allclose(averaged.get_tensor(key), value, err_msg=key)
+
+
+def _bad_data(folder, name):
+    tiny_corpus(folder, lines=40)
+    if name == "not UTF-8":
+        with open(os.path.join(folder, "train.en"), "r+b") as f:
+            lines = f.read().split(b"\n")
+            lines[2] = b"caf\xe9 au lait"  # Latin-1
+            f.seek(0)
+            f.write(b"\n".join(lines))
+    elif name == "misaligned":
+        with open(os.path.join(folder, "train.de"), "a", encoding="utf-8") as f:
+            f.write("eine Zeile zu viel\n")
+    elif name == "empty":
+        for lang in ("en", "de"):
+            _write(os.path.join(folder, f"train.{lang}"), b"")
+    elif name == "empty validation":
+        for lang in ("en", "de"):
+            _write(os.path.join(folder, f"val.{lang}"), b"")
+    return str(folder)
+
+
+BAD_DATA = {  # name: (extra flags, phrases of the error)
+    "not UTF-8": ({}, ["train.en:3: not valid UTF-8"]),
+    "misaligned": ({}, ["Misaligned", "train.en has 40 lines", "train.de has 41 lines"]),
+    "empty": ({}, ["train.en", "is empty"]),
+    "empty validation": ({"eval_every": 2}, ["val.en", "is empty", "--eval-every 0"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DATA))
+def test_bad_data_is_refused_naming_the_file(case, tmp_path, capsys):
+    data = _bad_data(tmp_path / "data", case)
+    flags, phrases = BAD_DATA[case]
+    status, err = run_main(capsys, script_args(data, str(tmp_path / "run"), 2, **flags))
+    assert status == 2 and err.startswith("train_wmt.py: error: "), err
+    for phrase in phrases:
+        assert phrase in err, err
+
+
+def test_absurdly_long_lines_are_counted_and_skipped(corpus, tmp_path, capsys):
+    data = str(tmp_path / "data")
+    shutil.copytree(corpus, data)
+    for lang in ("en", "de"):
+        with open(os.path.join(data, f"train.{lang}"), "a", encoding="utf-8") as f:
+            f.write(("word " * 200_000).strip() + "\n" + "x" * 1_000_000 + "\n")
+    model_dir = str(tmp_path / "run")
+    status, err = run_main(capsys, script_args(data, model_dir, 2))
+    assert status == 0, err
+    with open(os.path.join(model_dir, "train.log"), encoding="utf-8") as f:
+        log = f.read()
+    assert "4 skipped as longer than" in log  # by the vocabulary training, 2 per language
+    clean = count_filtered(load_corpus(corpus).train.dataset(),
+                           Tokenizer.load(os.path.join(model_dir, "spm.model")), max_length=32)
+    assert f"{clean.too_long + 2} over-long (> 32 tokens incl. BOS/EOS) of 302 pairs; kept " \
+           f"{clean.kept}" in log
+
+
+def test_no_usable_pair_is_an_error_not_a_hang(corpus, tmp_path):
+    """Every pair longer than --max-length: tf.data would filter forever; it must fail."""
+    result = subprocess.run(
+        [sys.executable, TRAIN_WMT, *script_args(corpus, str(tmp_path / "run"), 2,
+                                                 max_length=8, batch_tokens=64)],
+        env=clean_env(), capture_output=True, text=True, timeout=180)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "train_wmt.py: error: No training pair of" in result.stderr
+    assert "of 300 pairs; kept 0" in result.stderr and "--max-length 8" in result.stderr

@@ -1,0 +1,67 @@
+"""Property test of the exported translator: any Unicode text or raw bytes in, one valid UTF-8
+string out per input, in input order, and never an exception.
+
+A tiny random model is exported once (tfxformer.serving.export_translator) and loaded with
+tf.saved_model.load, as a server would; hypothesis then feeds its serving signature.
+"""
+
+import pytest
+import tensorflow as tf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_serving import train_sentencepiece
+
+from tfxformer import Transformer
+from tfxformer.serving import Translator, export_translator
+
+# Chunks of 3 sentences: a batch of up to 7 inputs is padded, sorted and cut into several
+# chunks, and every output must still come back to its input's place.
+MAX_BATCH_SIZE = 3
+PROPERTY = settings(max_examples=30, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory):
+    """The loaded SavedModel's serving_default: list of str/bytes -> list of bytes."""
+    tf.random.set_seed(11)
+    model = Transformer.from_preset("tiny", vocab_size=320, max_length=32)
+    translator = Translator(model, train_sentencepiece(), beam_size=2, extra_length=3,
+                            max_batch_size=MAX_BATCH_SIZE)
+    path = export_translator(translator, str(tmp_path_factory.mktemp("export") / "tiny"))
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+
+    def translate(texts):
+        out = signature(text=tf.constant(texts, tf.string))
+        assert set(out) == {"translation", "score"}
+        return out["translation"].numpy().tolist()
+    return translate
+
+
+def _check(serve, texts):
+    outputs = serve(texts)
+    assert len(outputs) == len(texts)
+    for output in outputs:
+        output.decode("utf-8")  # strict: raises on invalid UTF-8
+    # In order: each output is what that input gives on its own.
+    assert outputs == [serve([text])[0] for text in texts]
+
+
+@PROPERTY
+@given(st.lists(st.text(max_size=60), max_size=7))
+def test_any_unicode_strings(serve, texts):
+    _check(serve, [t.encode("utf-8") for t in texts])
+
+
+@PROPERTY
+@given(st.lists(st.binary(max_size=80), max_size=7))
+def test_any_bytes(serve, texts):
+    _check(serve, texts)
+
+
+@PROPERTY
+@given(st.lists(st.one_of(st.text(alphabet=st.characters(codec="utf-8"), min_size=200,
+                                  max_size=2000).map(str.encode),
+                          st.binary(min_size=1000, max_size=5000)), min_size=1, max_size=3))
+def test_long_inputs(serve, texts):
+    _check(serve, texts)
