@@ -1,0 +1,237 @@
+#!/usr/bin/env python
+"""Translation (decoding) throughput of tfxformer's beam search and greedy decoding.
+
+Default workload = the peers' (/work/shared/peers/RESULTS.md §3): base preset, random
+weights (seed 0), vocabulary 32000, 64 source sentences of 24 real tokens (the peers' ids:
+numpy default_rng(0).integers(3, V)), beam 4 with alpha 0.6, exactly --decode-steps (32)
+generated tokens per sentence. The whole call (encoder + decoding loop) is
+`tfxformer.decoding.beam_search` (or `greedy_decode`) inside one tf.function, optionally
+with jit_compile (--xla).
+
+EOS never ends a hypothesis: the model is wrapped in `NoEOS`, whose decode_step sets the EOS
+logit to -1e9 (one extra elementwise op on the (B*K, V) logits per step), and
+`max_length = extra_length = --decode-steps`, so every sentence runs to exactly that limit.
+The script checks that every output has --decode-steps tokens.
+
+  python bench/decode_speed.py                      # beam 4, fp32
+  python bench/decode_speed.py --greedy --xla
+  python bench/decode_speed.py --per-step           # time per step vs step index
+  python bench/decode_speed.py --lengths 16,32,64,128,256,512 --batch-size 8
+  python bench/decode_speed.py --preset tiny --vocab-size 1000 --repeats 2   # smoke test
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import benchlib as bl
+import flops
+
+ALPHA = 0.6
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="base")
+    ap.add_argument("--vocab-size", type=int, default=32000)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--src-len", type=int, default=24)
+    ap.add_argument("--decode-steps", type=int, default=32)
+    ap.add_argument("--beam-size", type=int, default=4)
+    ap.add_argument("--greedy", action="store_true", help="greedy_decode instead of beam")
+    ap.add_argument("--precision", choices=sorted(bl.POLICIES), default="fp32")
+    ap.add_argument("--xla", action="store_true", help="tf.function(jit_compile=True)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed calls after one warm-up")
+    ap.add_argument("--per-step", action="store_true",
+                    help="time each decoding step on its own (decode_step + log-softmax + "
+                         "top-k + cache reorder), to show the cost per step is constant")
+    ap.add_argument("--lengths", default=None,
+                    help="scaling mode: comma-separated L; source length = decode steps = L")
+    ap.add_argument("--patch", default=None,
+                    help="apply bench/whatif.py patches to tfxformer first (comma-separated: "
+                         "matmul2d, write_scatter); measures a proposed fix, not tfxformer")
+    return ap.parse_args(argv)
+
+
+class NoEOS:
+    """A tfxformer.Transformer whose decode_step never lets EOS win (benchmarks only)."""
+
+    def __init__(self, model, eos_id):
+        import tensorflow as tf
+
+        self.model = model
+        self.model_config = model.model_config
+        vocab = model.model_config["vocab_size"]
+        self._eos_bias = tf.constant(
+            [-1e9 if i == eos_id else 0.0 for i in range(vocab)], tf.float32)
+
+    def encode(self, source_ids, **kwargs):
+        return self.model.encode(source_ids, **kwargs)
+
+    def init_cache(self, memory, max_length):
+        return self.model.init_cache(memory, max_length)
+
+    def decode_step(self, target_ids, source_mask, cache, cache_index, **kwargs):
+        logits, *rest = self.model.decode_step(target_ids, source_mask, cache, cache_index,
+                                               **kwargs)
+        return (logits + self._eos_bias, *rest)
+
+
+def build(args):
+    import keras
+
+    from tfxformer import Transformer
+    from tfxformer.decoding import EOS_ID
+
+    bl.set_precision(args.precision)
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
+    model.build()
+    return model, NoEOS(model, EOS_ID)
+
+
+def source_ids(batch, src_len, vocab):
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    return tf.constant(rng.integers(3, vocab, size=(batch, src_len)), tf.int32)
+
+
+def make_decode_fn(wrapped, args, steps):
+    import tensorflow as tf
+
+    from tfxformer.decoding import beam_search, greedy_decode
+
+    def run(src):
+        if args.greedy:
+            out = greedy_decode(wrapped, src, extra_length=steps, max_length=steps)
+        else:
+            out = beam_search(wrapped, src, beam_size=args.beam_size, alpha=ALPHA,
+                              extra_length=steps, max_length=steps)
+        return out.ids, out.lengths
+
+    return tf.function(run, jit_compile=args.xla)
+
+
+def time_calls(fn, src, repeats, steps):
+    """First-call seconds, then `repeats` timed calls; checks every output length."""
+    first, (ids, lengths) = bl.timed(lambda: [t.numpy() for t in fn(src)])
+    if not (lengths == steps).all():
+        raise RuntimeError(f"expected {steps} tokens per output, got lengths "
+                           f"{sorted(set(lengths.ravel().tolist()))}")
+    times = [bl.timed(lambda: [t.numpy() for t in fn(src)])[0] for _ in range(repeats)]
+    return first, times, ids.shape
+
+
+def run_calls(args, wrapped, config, batch, src_len, steps):
+    src = source_ids(batch, src_len, args.vocab_size)
+    fn = make_decode_fn(wrapped, args, steps)
+    first, times, shape = time_calls(fn, src, args.repeats, steps)
+    beams = 1 if args.greedy else args.beam_size
+    med = statistics.median(times)
+    work = flops.decode_flops_cached(batch, src_len, steps, beams,
+                                     **flops.model_flop_kwargs(config))
+    return {
+        "batch_size": batch, "src_len": src_len, "decode_steps": steps, "beams": beams,
+        "out_shape": list(shape), "first_call_s": round(first, 2), "repeats": len(times),
+        "call_s": bl.spread(times),
+        "sentences_per_second": round(batch / med, 2),
+        "sentences_per_second_min_max": [round(batch / max(times), 2),
+                                         round(batch / min(times), 2)],
+        "target_tokens_per_second": round(batch * steps / med, 1),
+        "sentences_per_second_best_call": round(batch / min(times), 2),
+        "call_s_all": [round(t, 3) for t in times],
+        "ms_per_decode_step": round(1e3 * med / steps, 2),
+        "gflop_per_call": round(work / 1e9, 1),
+        "gflop_per_s": round(work / med / 1e9, 1),
+        "mfu": round(work / med / 1e9 / flops.PEAK_GFLOPS, 3),
+    }
+
+
+def per_step(args, model, wrapped):
+    """Times one beam step at each index of a cache of --decode-steps positions.
+
+    The step is the model part of a beam-search step: decode_step on the B*K last tokens,
+    float32 log-softmax, top-2K over K*V candidates, and the tf.gather that reorders the
+    self-attention caches. (Sequence bookkeeping of the real loop is left out.)
+    """
+    import tensorflow as tf
+
+    batch, k, steps = args.batch_size, (1 if args.greedy else args.beam_size), args.decode_steps
+    src = source_ids(batch, args.src_len, args.vocab_size)
+    memory, mask = model.encode(src)
+    cache = model.init_cache(memory, steps)
+    cache = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache)
+    mask = tf.repeat(mask, k, axis=0)
+
+    @tf.function(jit_compile=args.xla)
+    def step(tokens, cache, i):
+        logits, cache = wrapped.decode_step(tokens, mask, cache, i)
+        log_probs = tf.nn.log_softmax(tf.cast(logits[:, -1], tf.float32))
+        vocab = tf.shape(log_probs)[-1]
+        scores, index = tf.math.top_k(tf.reshape(log_probs, [batch, k * vocab]), 2 * k)
+        beams = index[:, :k] // vocab
+        rows = tf.reshape(beams + tf.range(batch)[:, None] * k, [-1])
+        cache = [{"self": tf.nest.map_structure(lambda t: tf.gather(t, rows), c["self"]),
+                  "cross": c["cross"]} for c in cache]
+        return tf.reshape(index[:, :k] % vocab, [-1, 1]), cache
+
+    tokens = tf.fill([batch * k, 1], 2)
+    rounds = []
+    for r in range(1 + max(1, args.repeats)):  # round 0 traces and warms up
+        c, t, ms = cache, tokens, []
+        for i in range(steps):
+            start = time.perf_counter()
+            t, c = step(t, c, tf.constant(i))
+            t.numpy()
+            ms.append(1e3 * (time.perf_counter() - start))
+        if r:
+            rounds.append(ms)
+    med = [round(statistics.median(col), 2) for col in zip(*rounds, strict=True)]
+    for i, v in enumerate(med):
+        bl.log(f"step {i:4d}: {v:8.2f} ms")
+    first, last = statistics.median(med[: max(1, steps // 4)]), statistics.median(
+        med[-max(1, steps // 4):])
+    return {"mode": "per_step", "batch_size": batch, "beams": k, "src_len": args.src_len,
+            "cache_length": steps, "per_step_ms_median": med,
+            "first_quarter_ms": round(first, 2), "last_quarter_ms": round(last, 2),
+            "last_over_first": round(last / first, 3)}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.patch:
+        import whatif
+
+        whatif.apply(args.patch)
+    model, wrapped = build(args)
+    head = {"bench": "translate", "system": "tfxformer " + (
+                "greedy_decode" if args.greedy else "beam_search"),
+            "preset": args.preset, "vocab_size": args.vocab_size, "patch": args.patch,
+            "precision": args.precision,
+            "xla": args.xla, "alpha": None if args.greedy else ALPHA, "eos": "disabled",
+            "peak_gflops_for_mfu": flops.PEAK_GFLOPS}
+    if args.per_step:
+        result = {**head, **per_step(args, model, wrapped)}
+    elif args.lengths:
+        rows = []
+        for length in (int(v) for v in args.lengths.split(",")):
+            row = run_calls(args, wrapped, model.model_config, args.batch_size, length, length)
+            bl.log(f"L={length:4d}: {row['ms_per_decode_step']} ms/step, "
+                   f"{row['target_tokens_per_second']} tgt tok/s, call {row['call_s']['median']} s")
+            rows.append(row)
+        result = {**head, "mode": "scaling", "rows": rows}
+    else:
+        result = {**head, "mode": "fixed",
+                  **run_calls(args, wrapped, model.model_config, args.batch_size, args.src_len,
+                              args.decode_steps)}
+    bl.emit({**result, "peak_rss_mib": bl.peak_rss_mib(), **bl.machine()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs the benchmark set one after the other (never two at once: 2 cores) and keeps each
+# run's output in bench/results/<name>.log; the last line of each log is its JSON result.
+#   bash bench/run_all.sh            # everything (~45 min on the 2-core machine)
+#   bash bench/run_all.sh 'train_'   # only runs whose name matches the regex
+#   bash bench/run_all.sh smoke      # tiny preset, every script, ~2 min
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export TF_CPP_MIN_LOG_LEVEL=3
+mkdir -p bench/results
+only="${1:-.}"
+
+run() {  # run NAME SCRIPT ARGS...
+  local name=$1; shift
+  [[ "$name" =~ $only ]] || return 0
+  echo "== $name: python $*"
+  python "$@" 2>&1 | grep -v -E '^(I0000|W0000|WARNING: All log messages)' \
+    | tee "bench/results/$name.log" | tail -1
+}
+
+T="--steps 6 --warmup 2"
+D="--repeats 5"
+run train_fp32_vs_kerashub        bench/train_speed.py $T --peer keras-hub
+run train_bf16_vs_kerashub        bench/train_speed.py $T --precision bf16 --peer keras-hub
+run train_fp32_xla                bench/train_speed.py $T --xla
+run train_fp32_matmul2d_vs_kerashub bench/train_speed.py $T --patch matmul2d --peer keras-hub
+run train_bf16_matmul2d_vs_kerashub bench/train_speed.py $T --patch matmul2d --peer keras-hub --precision bf16
+run decode_beam4_fp32             bench/decode_speed.py $D
+run decode_beam4_fp32_xla         bench/decode_speed.py $D --xla
+run decode_beam4_bf16             bench/decode_speed.py $D --precision bf16
+run decode_greedy_fp32            bench/decode_speed.py $D --greedy
+run decode_greedy_fp32_xla        bench/decode_speed.py $D --greedy --xla
+run decode_per_step               bench/decode_speed.py --per-step --repeats 2
+run decode_beam4_bf16_xla         bench/decode_speed.py $D --precision bf16 --xla
+run profile_train                 bench/profile_ops.py --what train --steps 2
+run profile_beam                  bench/profile_ops.py --what beam --steps 2
+run microbench                    bench/microbench.py
+# The training what-if needs one process per variant at B=128 (two base models plus the
+# baseline's ~15 GiB peak do not fit in 24 GiB): baseline, patched, baseline, patched.
+run whatif_train_base_1           bench/train_speed.py --steps 4 --warmup 2
+run whatif_train_matmul2d_1       bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d
+run whatif_train_base_2           bench/train_speed.py --steps 4 --warmup 2
+run whatif_train_matmul2d_2       bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d
+run whatif_train_bf16_matmul2d    bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d --precision bf16
+run whatif_beam_matmul2d_scatter  bench/whatif.py --what beam --patch matmul2d,write_scatter --repeats 3
+run whatif_beam_matmul2d          bench/whatif.py --what beam --patch matmul2d --repeats 3
+run whatif_beam_write_rows        bench/whatif.py --what beam --patch write_rows --repeats 3
+run whatif_beam_fused_topk        bench/whatif.py --what beam --patch fused_topk --repeats 3
+run whatif_beam_rows_topk         bench/whatif.py --what beam --patch write_rows,fused_topk --repeats 5
+run complexity                    bench/complexity.py
+run scaling_train                 bench/train_speed.py --lengths 16,32,64,128,256,512 --steps 2 --warmup 1
+run scaling_decode                bench/decode_speed.py --lengths 16,32,64,128,256,512 --batch-size 8 --repeats 2
+
+S="--preset tiny --vocab-size 1000"
+run smoke_train                   bench/train_speed.py $S --steps 2 --warmup 1 --peer keras-hub
+run smoke_train_scaling           bench/train_speed.py $S --steps 1 --warmup 1 --lengths 16,32
+run smoke_decode                  bench/decode_speed.py $S --repeats 1
+run smoke_decode_per_step         bench/decode_speed.py $S --repeats 1 --per-step --decode-steps 8
+run smoke_complexity              bench/complexity.py --d-model 64 --lengths 16,64 --repeats 1 --plot /tmp/complexity_smoke.png
+run smoke_profile                 bench/profile_ops.py $S --what beam --steps 1 --top 5
+run smoke_microbench              bench/microbench.py --small --repeats 1
+run smoke_whatif                  bench/whatif.py $S --what beam --patch write_rows,fused_topk --repeats 1
