@@ -13,8 +13,8 @@ only="${1:-.}"
 run() {  # run NAME SCRIPT ARGS...
   local name=$1; shift
   [[ "$name" =~ $only ]] || return 0
-  echo "== $name: python $*"
-  python "$@" 2>&1 | grep -v -E '^(I0000|W0000|WARNING: All log messages)' \
+  echo "== $name: ${PY:-python} $*"
+  "${PY:-python}" "$@" 2>&1 | grep -v -E '^(I0000|W0000|WARNING: All log messages)' \
     | tee "bench/results/$name.log" | tail -1
 }
 
@@ -35,6 +35,7 @@ run decode_beam4_bf16_xla         bench/decode_speed.py $D --precision bf16 --xl
 run profile_train                 bench/profile_ops.py --what train --steps 2
 run profile_beam                  bench/profile_ops.py --what beam --steps 2
 run microbench                    bench/microbench.py
+run microbench_loss               bench/microbench.py --cases loss
 # The training what-if needs one process per variant at B=128 (two base models plus the
 # baseline's ~15 GiB peak do not fit in 24 GiB): baseline, patched, baseline, patched.
 run whatif_train_base_1           bench/train_speed.py --steps 4 --warmup 2
@@ -42,12 +43,26 @@ run whatif_train_matmul2d_1       bench/train_speed.py --steps 4 --warmup 2 --pa
 run whatif_train_base_2           bench/train_speed.py --steps 4 --warmup 2
 run whatif_train_matmul2d_2       bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d
 run whatif_train_bf16_matmul2d    bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d --precision bf16
+run whatif_train_fused_loss       bench/train_speed.py --steps 4 --warmup 2 --patch fused_loss
+run whatif_train_both_1           bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d,fused_loss
+run whatif_train_base_3           bench/train_speed.py --steps 4 --warmup 2
+run whatif_train_both_2           bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d,fused_loss
+run train_fp32_both_vs_kerashub   bench/train_speed.py $T --patch matmul2d,fused_loss --peer keras-hub
+run train_bf16_both_vs_kerashub   bench/train_speed.py $T --patch matmul2d,fused_loss --peer keras-hub --precision bf16
+run train_fp32_xla_vs_kerashub    bench/train_speed.py $T --xla --peer keras-hub
 run whatif_beam_matmul2d_scatter  bench/whatif.py --what beam --patch matmul2d,write_scatter --repeats 3
 run whatif_beam_matmul2d          bench/whatif.py --what beam --patch matmul2d --repeats 3
 run whatif_beam_write_rows        bench/whatif.py --what beam --patch write_rows --repeats 3
 run whatif_beam_fused_topk        bench/whatif.py --what beam --patch fused_topk --repeats 3
 run whatif_beam_rows_topk         bench/whatif.py --what beam --patch write_rows,fused_topk --repeats 5
 run complexity                    bench/complexity.py
+# CTranslate2 in the same sitting (needs `pip install ctranslate2 numpy` in some venv: CT2PY)
+CT2PY=${CT2PY:-/tmp/ct2venv/bin/python}
+if [ -x "$CT2PY" ]; then
+  PY=$CT2PY run ct2_beam4_fp32                          bench/ct2_peer.py --compute-type float32
+  CT2_FORCE_CPU_ISA=AVX512 PY=$CT2PY run ct2_beam4_int8_avx512 bench/ct2_peer.py --compute-type int8
+  PY=$CT2PY run ct2_greedy_fp32                         bench/ct2_peer.py --compute-type float32 --beams 1
+fi
 run scaling_train                 bench/train_speed.py --lengths 16,32,64,128,256,512 --steps 2 --warmup 1
 run scaling_decode                bench/decode_speed.py --lengths 16,32,64,128,256,512 --batch-size 8 --repeats 2
 
