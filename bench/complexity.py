@@ -25,7 +25,7 @@ Layers timed on a (B, n, d) float32 input, forward only, one tf.function each:
 - conv: keras.layers.Conv1D(d, k, padding="same") (2 k n d^2).
 - separable_conv: keras.layers.SeparableConv1D(d, k, padding="same") (2 k n d + 2 n d^2).
 
-  python bench/complexity.py                                # d = 512, n = 16 .. 2048
+  python bench/complexity.py                                # d = 512, n = 16 .. 4096
   python bench/complexity.py --d-model 64 --lengths 16,64 --repeats 2   # smoke test
 
 Writes bench/complexity.png (or --plot) and prints a markdown table, then one JSON line.
@@ -49,12 +49,14 @@ def parse_args(argv=None):
     ap.add_argument("--d-model", type=int, default=512)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--lengths", default="16,32,64,128,256,512,1024,2048")
+    ap.add_argument("--lengths", default="16,32,64,128,256,512,1024,2048,4096")
     ap.add_argument("--kernel", type=int, default=3, help="k of the convolutions")
     ap.add_argument("--window", type=int, default=32, help="r of restricted self-attention")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls after one warm-up")
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--plot", default=os.path.join(os.path.dirname(__file__), "complexity.png"))
+    ap.add_argument("--replot", default=None,
+                    help="only redraw --plot from the JSON line that ends this log")
     return ap.parse_args(argv)
 
 
@@ -165,8 +167,8 @@ def plot(rows, kinds, args, measured_cross):
         ax.grid(True, which="both", alpha=0.3)
     if measured_cross:
         ax_t.axvline(measured_cross, color="red", ls=":", lw=1.5)
-        ax_t.text(measured_cross, ax_t.get_ylim()[0], " self-attn slower\n than LSTM",
-                  va="bottom", color="red")
+        ax_t.text(measured_cross, ax_t.get_ylim()[0], "self-attn slower \nthan LSTM ",
+                  va="bottom", ha="right", color="red")
     ax_t.legend(fontsize=8)
     fig.suptitle(f"Table 1 measured: d = {args.d_model}, batch {args.batch_size}, "
                  f"k = {args.kernel}, r = {args.window}, fp32, 2 CPU cores")
@@ -176,6 +178,16 @@ def plot(rows, kinds, args, measured_cross):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.replot:
+        import json
+
+        with open(args.replot) as f:
+            saved = json.loads([line for line in f if line.startswith("{")][-1])
+        for key in ("d_model", "batch_size", "kernel", "window"):
+            setattr(args, key, saved[key])
+        rows = saved["rows"]
+        plot(rows, list(rows[0]["ms"]), args, saved["self_attention_slower_than_lstm_from_n"])
+        return
     kinds = [k for k in args.kinds.split(",") if k]
     rows = []
     for n in (int(v) for v in args.lengths.split(",")):

@@ -47,6 +47,8 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=2, help="profiled steps / calls")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--logdir", default=None)
+    ap.add_argument("--patch", default=None,
+                    help="apply bench/whatif.py patches first (profile a proposed fix)")
     ap.add_argument("--inter-op", type=int, default=1,
                     help="TF inter-op threads; 1 (default) runs one op at a time, so op "
                          "durations do not overlap and add up to the step; 0 = TF default")
@@ -167,6 +169,10 @@ def main(argv=None):
 
     args = parse_args(argv)
     tf.config.threading.set_inter_op_parallelism_threads(args.inter_op)
+    if args.patch:
+        import whatif
+
+        whatif.apply(args.patch)
     run, what = workload(args)
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfx_profile_")
     tf.profiler.experimental.start(logdir)
@@ -185,6 +191,7 @@ def main(argv=None):
     bl.log(f"{what}: wall {1e3 * wall / args.steps:.0f} ms/step, summed op time "
            f"{1e3 * total / args.steps:.0f} ms/step over {len(events) // args.steps} op runs")
     result = {"bench": "profile", "what": what, "preset": args.preset, "inter_op": args.inter_op,
+              "patch": args.patch,
               "precision": args.precision, "steps": args.steps,
               "wall_ms_per_step": round(1e3 * wall / args.steps, 1),
               "op_ms_per_step": round(1e3 * total / args.steps, 1),

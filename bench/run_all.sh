@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the benchmark set one after the other (never two at once: 2 cores) and keeps each
 # run's output in bench/results/<name>.log; the last line of each log is its JSON result.
-#   bash bench/run_all.sh            # everything (~45 min on the 2-core machine)
+#   bash bench/run_all.sh            # everything (~1.5 h on the 2-core machine)
 #   bash bench/run_all.sh 'train_'   # only runs whose name matches the regex
 #   bash bench/run_all.sh smoke      # tiny preset, every script, ~2 min
 set -euo pipefail
@@ -34,6 +34,7 @@ run decode_per_step               bench/decode_speed.py --per-step --repeats 2
 run decode_beam4_bf16_xla         bench/decode_speed.py $D --precision bf16 --xla
 run profile_train                 bench/profile_ops.py --what train --steps 2
 run profile_beam                  bench/profile_ops.py --what beam --steps 2
+run profile_train_matmul2d        bench/profile_ops.py --what train --steps 2 --patch matmul2d
 run microbench                    bench/microbench.py
 run microbench_loss               bench/microbench.py --cases loss
 # The training what-if needs one process per variant at B=128 (two base models plus the

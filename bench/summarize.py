@@ -49,15 +49,18 @@ def decode_rows(runs):
           "call s | MFU* | peak RSS GiB |")
     print("|---|---|---|---|---|---|---|---|")
     for name, r in runs.items():
-        if r.get("bench") != "translate" or r.get("mode") != "fixed":
+        if r.get("bench") != "translate" or r.get("mode", "fixed") != "fixed":
             continue
-        config = (f"{'greedy' if r['beams'] == 1 else 'beam ' + str(r['beams'])}, "
-                  f"{r['precision']}{' XLA' if r['xla'] else ''}")
-        lo, hi = r["sentences_per_second_min_max"]
+        search = "greedy" if r["beams"] == 1 else f"beam {r['beams']}"
+        if "precision" in r:  # tfxformer
+            config = f"{search}, {r['precision']}{' XLA' if r['xla'] else ''}"
+        else:  # ct2_peer.py
+            config = f"CTranslate2 {search}, {r['compute_type_resolved']} ({r['cpu_isa_env']})"
         c = r["call_s"]
+        lo, hi = round(r["batch_size"] / c["max"], 2), round(r["batch_size"] / c["min"], 2)
         print(f"| {name} | {config} | {r['sentences_per_second']} ({lo}–{hi}) | "
               f"{r['target_tokens_per_second']} | {c['median']} ({c['min']}–{c['max']}) | "
-              f"{r['first_call_s']} | {r['mfu']} | {r['peak_rss_mib'] / 1024:.2f} |")
+              f"{r['first_call_s']} | {r.get('mfu', '—')} | {r['peak_rss_mib'] / 1024:.2f} |")
 
 
 def whatif_rows(runs):
