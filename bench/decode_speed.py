@@ -72,8 +72,8 @@ class NoEOS:
     def encode(self, source_ids, **kwargs):
         return self.model.encode(source_ids, **kwargs)
 
-    def init_cache(self, memory, max_length):
-        return self.model.init_cache(memory, max_length)
+    def init_cache(self, memory, max_length=None, **kwargs):
+        return self.model.init_cache(memory, max_length, **kwargs)
 
     def decode_step(self, target_ids, source_mask, cache, cache_index, **kwargs):
         logits, *rest = self.model.decode_step(target_ids, source_mask, cache, cache_index,
@@ -109,10 +109,11 @@ def make_decode_fn(wrapped, args, steps):
 
     def run(src):
         if args.greedy:
-            out = greedy_decode(wrapped, src, extra_length=steps, max_length=steps)
+            out = greedy_decode(wrapped, src, extra_length=steps, max_length=steps,
+                                static_cache=args.xla)
         else:
             out = beam_search(wrapped, src, beam_size=args.beam_size, alpha=ALPHA,
-                              extra_length=steps, max_length=steps)
+                              extra_length=steps, max_length=steps, static_cache=args.xla)
         return out.ids, out.lengths
 
     return tf.function(run, jit_compile=args.xla)

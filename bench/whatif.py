@@ -121,7 +121,8 @@ def patch_fused_topk():
         tokens = tf.reshape(alive_seq[:, :, i], [-1, 1])
         cache = [{"self": s, "cross": c} for s, c in zip(state["cache"], self.cross,
                                                           strict=True)]
-        logits, cache = self.model.decode_step(tokens, self.source_mask, cache, i)
+        logits, cache = self.model.decode_step(tokens, self.source_mask, cache, i,
+                                               append_cache=not self.static_cache)
         logits = tf.cast(logits[:, -1], tf.float32)  # (B*K, V)
         width = 2 * k + 2  # 2K legal candidates even if PAD and BOS are among the best
         top, ids = tf.math.top_k(logits, k=width)

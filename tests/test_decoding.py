@@ -43,12 +43,13 @@ class BigramStub:
     def encode(self, source_ids):
         return tf.cast(source_ids, tf.float32)[..., None], tf.not_equal(source_ids, 0)
 
-    def init_cache(self, memory, max_length):
-        zeros = tf.zeros([tf.shape(memory)[0], 1, max_length, 1])
+    def init_cache(self, memory, max_length=None, batch_size=None):
+        rows = tf.shape(memory)[0] if batch_size is None else batch_size
+        zeros = tf.zeros([rows, 1, 0 if max_length is None else max_length, 1])
         return [{"self": {"key": zeros, "value": zeros},
                  "cross": {"key": memory[:, None], "value": memory[:, None]}}]
 
-    def decode_step(self, ids, source_mask, cache, cache_index):
+    def decode_step(self, ids, source_mask, cache, cache_index, append_cache=False):
         self.steps += 1
         return tf.gather(self.log_probs, ids[:, -1])[:, None, :], cache
 
@@ -192,16 +193,32 @@ def test_decoders_compile_with_xla():
     """No Python loop per token and static loop shapes: the decoders jit-compile."""
     stub = BigramStub(PENALTY_TABLE)
     source = tf.constant([[A, A, EOS_ID], [A, EOS_ID, 0]])
-    compiled = tf.function(lambda s: beam_search(stub, s, beam_size=3, alpha=1.0),
-                           jit_compile=True)(source)
+    compiled = tf.function(
+        lambda s: beam_search(stub, s, beam_size=3, alpha=1.0, static_cache=True),
+        jit_compile=True)(source)
     eager = beam_search(stub, source, beam_size=3, alpha=1.0)
     np.testing.assert_array_equal(compiled.ids, eager.ids)
-    greedy = tf.function(lambda s: greedy_decode(stub, s), jit_compile=True)(source)
+    greedy = tf.function(lambda s: greedy_decode(stub, s, static_cache=True),
+                         jit_compile=True)(source)
     np.testing.assert_array_equal(greedy.ids, greedy_decode(stub, source).ids)
 
 
 def test_transformer_cache_compiles_with_xla(model):
-    tf.function(lambda s: greedy_decode(model, s, extra_length=2), jit_compile=True)(SOURCE)
+    compiled = tf.function(lambda s: greedy_decode(model, s, extra_length=2, static_cache=True),
+                           jit_compile=True)(SOURCE)
+    np.testing.assert_array_equal(compiled.ids, greedy_decode(model, SOURCE, extra_length=2).ids)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_growing_and_static_caches_decode_alike(model, beam_size):
+    """The default growing cache and the fixed-size one (XLA's) give the same search."""
+    grow = beam_search(model, SOURCE, beam_size=beam_size, extra_length=4)
+    static = beam_search(model, SOURCE, beam_size=beam_size, extra_length=4, static_cache=True)
+    np.testing.assert_array_equal(grow.ids, static.ids)
+    np.testing.assert_allclose(grow.scores, static.scores, rtol=1e-5, atol=1e-5)
+    greedy = greedy_decode(model, SOURCE, extra_length=4)
+    np.testing.assert_array_equal(
+        greedy.ids, greedy_decode(model, SOURCE, extra_length=4, static_cache=True).ids)
 
 
 @pytest.mark.parametrize("kwargs, message", [

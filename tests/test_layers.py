@@ -170,6 +170,52 @@ def test_attention_cache_equals_full_self_attention():
     np.testing.assert_allclose(np.concatenate(rows, 1), full, rtol=1e-5, atol=1e-6)
 
 
+def test_growing_attention_cache_equals_full_self_attention():
+    ours = layers.MultiHeadAttention(num_heads=2)
+    full = ours(X, X, attention_mask=layers.causal_mask(T)[None]).numpy()
+    cache = {"key": tf.zeros((B, 2, 0, D // 2)), "value": tf.zeros((B, 2, 0, D // 2))}
+    rows = []
+    for t in range(T):
+        row, cache = ours(X[:, t:t + 1], X[:, t:t + 1], cache=cache, cache_index=t,
+                          append_cache=True)
+        assert cache["key"].shape[2] == t + 1
+        rows.append(row.numpy())
+    np.testing.assert_allclose(np.concatenate(rows, 1), full, rtol=1e-5, atol=1e-6)
+
+
+def test_cross_attention_cache_serves_several_query_rows_per_memory_row():
+    """Beams share their sentence's memory: R query rows per cache row equal a tiled cache."""
+    ours = layers.MultiHeadAttention(num_heads=2)
+    memory = tf.random.stateless_normal((B, 5, D), seed=[1, 2])
+    mask = tf.constant([[True] * 5, [True, True, True, False, False]])[:B]
+    repeats = 3
+    queries = tf.random.stateless_normal((B * repeats, 2, D), seed=[3, 4])
+    ours(queries[:B], memory)  # build
+    shared = ours.project_key_value(memory)
+    tiled = tf.nest.map_structure(lambda t: tf.repeat(t, repeats, axis=0), shared)
+    got, got_weights, _ = ours(queries, None, padding_mask=mask, cache=shared,
+                               return_attention_scores=True)
+    want, want_weights, _ = ours(queries, None, padding_mask=tf.repeat(mask, repeats, axis=0),
+                                 cache=tiled, return_attention_scores=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_weights, want_weights, rtol=1e-5, atol=1e-6)
+
+
+def test_matmul_last_is_one_2d_gemm_equal_to_broadcast_matmul():
+    from tfxformer.layers.ops import matmul_last
+
+    x = tf.random.stateless_normal((3, 4, 6), seed=[5, 6])
+    w = tf.random.stateless_normal((6, 7), seed=[7, 8])
+    np.testing.assert_allclose(matmul_last(x, w), tf.matmul(x, w), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(matmul_last(x, tf.transpose(w), transpose_b=True),
+                               tf.matmul(x, w), rtol=1e-5, atol=1e-5)
+    graph = tf.function(lambda a: matmul_last(a, w)).get_concrete_function(
+        tf.TensorSpec((None, None, 6))).graph
+    ops = {op.type for op in graph.get_operations()}
+    assert "MatMul" in ops and not ops & {"BatchMatMulV2", "BatchMatMulV3"}
+    assert matmul_last(x, w).shape == (3, 4, 7)
+
+
 def test_causal_mask_literal():
     np.testing.assert_array_equal(layers.causal_mask(3).numpy(),
                                   [[1, 0, 0], [1, 1, 0], [1, 1, 1]])

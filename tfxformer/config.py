@@ -18,7 +18,8 @@ PRESETS: dict[str, dict] = {
     "small": dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.1),
     # The paper's recipe scaled to Multi30k's 29k pairs: a narrower model and heavier
     # dropout against over-fitting (cf. fairseq's transformer_iwslt_de_en on small data).
-    "multi30k": dict(num_layers=6, d_model=256, num_heads=4, d_ff=1024, dropout=0.3),
+    "multi30k": dict(num_layers=4, d_model=128, num_heads=4, d_ff=256, dropout=0.3),
+    "multi30k_wide": dict(num_layers=4, d_model=192, num_heads=4, d_ff=768, dropout=0.3),
 }
 
 # Every architecture argument of Transformer, with its default (the paper's base model).

@@ -13,7 +13,8 @@ join `finished` (as in fairseq and OpenNMT: an ending candidate outside the beam
 dropped, so beam 1 is greedy decoding); the best beam_size that do not end stay alive
 (2·beam_size candidates always hold enough). The model runs on B·beam rows: the
 self-attention caches follow their hypotheses with one `tf.gather` per step; the
-cross-attention cache, equal for all beams of a sentence, is tiled once and never moved.
+cross-attention cache, equal for all beams of a sentence, is kept once per sentence
+(the beams' queries attend to it as extra query rows) and never moved.
 
 Shapes: B batch, K beam size, S source length, L cache length, V vocabulary.
 """
@@ -30,6 +31,7 @@ from tfxformer.decoding.greedy import (
     EOS_ID,
     NEG_INF,
     PAD_ID,
+    cache_invariants,
     checked,
     decode_limits,
     next_token_log_probs,
@@ -76,7 +78,7 @@ def _check_options(beam_size, alpha):
 
 
 def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
-                extra_length=DEFAULT_EXTRA_LENGTH, max_length=None):
+                extra_length=DEFAULT_EXTRA_LENGTH, max_length=None, static_cache=False):
     """Translates a batch with beam search and the GNMT length penalty (§6.1).
 
     Runs inside one `tf.while_loop` (graph-safe; XLA-compatible when `beam_size` and
@@ -95,6 +97,8 @@ def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_AL
         alpha: length penalty exponent α >= 0 (default 0.6; 0 = plain log-probability).
         extra_length: output tokens allowed beyond the source length (default 50).
         max_length: optional lower cap on output tokens than the model's positions.
+        static_cache: keep the self-attention cache at its full length L (needed under
+            XLA); by default it grows by one position per step (cheaper without XLA).
 
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K)).
@@ -109,21 +113,19 @@ def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_AL
     source_ids = tf.convert_to_tensor(source_ids)
     memory, source_mask = model.encode(source_ids)
     limits, length = decode_limits(model, source_ids, source_mask, extra_length, max_length)
-    cache = model.init_cache(memory, length)
-    search = _Search(model, beam_size, alpha, limits, length,
-                     source_mask=_tile(source_mask, beam_size),
-                     cross=[tf.nest.map_structure(lambda t: _tile(t, beam_size), c["cross"])
-                            for c in cache])
-    state = search.initial_state(tf.shape(source_ids)[0],
-                                 [tf.nest.map_structure(lambda t: _tile(t, beam_size),
-                                                        c["self"]) for c in cache])
-    state = tf.while_loop(search.not_done, lambda s: [search.step(s)], [state])[0]
+    batch = tf.shape(source_ids)[0]
+    # Self-attention slots for the B*K hypotheses (row b*K + k); cross-attention keys and
+    # values once per sentence, shared by its K beams.
+    cache = model.init_cache(memory, length if static_cache else None,
+                             batch_size=batch * beam_size)
+    search = _Search(model, beam_size, alpha, limits, length, source_mask=source_mask,
+                     cross=[c["cross"] for c in cache], static_cache=static_cache)
+    state = search.initial_state(batch, [c["self"] for c in cache])
+    invariants = {name: (cache_invariants(t, static_cache) if name == "cache" else t.shape)
+                  for name, t in state.items()}
+    state = tf.while_loop(search.not_done, lambda s: [search.step(s)], [state],
+                          shape_invariants=[invariants])[0]
     return search.result(state)
-
-
-def _tile(x, beam_size):
-    """(B, ...) -> (B*K, ...), the K copies of each row adjacent (row b*K + k)."""
-    return tf.repeat(x, beam_size, axis=0)
 
 
 def _gather(x, index):
@@ -134,10 +136,12 @@ def _gather(x, index):
 class _Search:
     """The loop body and condition of :func:`beam_search`; state is a dict of tensors."""
 
-    def __init__(self, model, beam_size, alpha, limits, length, source_mask, cross):
+    def __init__(self, model, beam_size, alpha, limits, length, source_mask, cross,
+                 static_cache):
         self.model, self.beam_size, self.alpha = model, beam_size, alpha
         self.limits, self.length = limits, length  # (B,), scalar
-        self.source_mask, self.cross = source_mask, cross  # (B*K, S), per layer (B*K, H, S, K)
+        self.source_mask, self.cross = source_mask, cross  # (B, S), per layer (B, H, S, K)
+        self.static_cache = static_cache
 
     def initial_state(self, batch, self_cache):
         k, columns = self.beam_size, self.length + 1  # column 0 holds BOS
@@ -198,7 +202,8 @@ class _Search:
         alive_seq = state["alive_seq"]  # (B, K, L + 1)
         tokens = tf.reshape(alive_seq[:, :, i], [-1, 1])  # (B*K, 1), the last token only
         cache = [{"self": s, "cross": c} for s, c in zip(state["cache"], self.cross, strict=True)]
-        logits, cache = self.model.decode_step(tokens, self.source_mask, cache, i)
+        logits, cache = self.model.decode_step(tokens, self.source_mask, cache, i,
+                                               append_cache=not self.static_cache)
         log_probs = next_token_log_probs(logits[:, -1])  # (B*K, V) float32
         vocab = tf.shape(log_probs)[-1]
         batch = tf.shape(alive_seq)[0]

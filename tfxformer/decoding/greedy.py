@@ -86,7 +86,18 @@ def write_column(ids, column, values):
     return tf.where(at, values[..., None], ids)
 
 
-def greedy_decode(model, source_ids, extra_length=DEFAULT_EXTRA_LENGTH, max_length=None):
+def cache_invariants(cache, static_cache):
+    """`tf.while_loop` shape invariants of a decoder cache: a growing cache (B, H, i, K)
+    changes length along axis 2 every step; a static one keeps its shapes."""
+    def invariant(t):
+        if static_cache or t.shape.rank != 4:
+            return t.shape
+        return tf.TensorShape([t.shape[0], t.shape[1], None, t.shape[3]])
+    return tf.nest.map_structure(invariant, cache)
+
+
+def greedy_decode(model, source_ids, extra_length=DEFAULT_EXTRA_LENGTH, max_length=None,
+                  static_cache=False):
     """Greedy decoding: the most probable token at every step, with the key/value cache.
 
     One `model.decode_step` per token inside a `tf.while_loop` (graph-safe and
@@ -101,6 +112,9 @@ def greedy_decode(model, source_ids, extra_length=DEFAULT_EXTRA_LENGTH, max_leng
         source_ids: (B, S) int ids, PAD 0, each row ending with EOS.
         extra_length: output tokens allowed beyond the source length (default 50).
         max_length: optional lower cap on output tokens than the model's positions.
+        static_cache: keep the self-attention cache at its full length L and write each
+            step into its slot (needed under XLA, `jit_compile=True`); by default the
+            cache grows by one position per step, so step i costs i positions, not L.
 
     Returns:
         :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,).
@@ -111,7 +125,8 @@ def greedy_decode(model, source_ids, extra_length=DEFAULT_EXTRA_LENGTH, max_leng
     batch = tf.shape(source_ids)[0]
 
     def body(i, tokens, finished, scores, ids, cache):
-        logits, cache = model.decode_step(tokens[:, None], source_mask, cache, i)
+        logits, cache = model.decode_step(tokens[:, None], source_mask, cache, i,
+                                          append_cache=not static_cache)
         log_probs = next_token_log_probs(logits[:, -1])  # (B, V)
         token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)
@@ -126,7 +141,9 @@ def greedy_decode(model, source_ids, extra_length=DEFAULT_EXTRA_LENGTH, max_leng
 
     state = (tf.constant(0), tf.fill([batch], BOS_ID), tf.zeros([batch], tf.bool),
              tf.zeros([batch], tf.float32), tf.zeros([batch, length], tf.int32),
-             model.init_cache(memory, length))
-    _, _, _, scores, ids, _ = tf.while_loop(cond, body, state)
+             model.init_cache(memory, length if static_cache else None))
+    invariants = tuple(t.shape for t in state[:-1]) + (
+        cache_invariants(state[-1], static_cache),)
+    _, _, _, scores, ids, _ = tf.while_loop(cond, body, state, shape_invariants=invariants)
     lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)
     return DecodeOutput(ids, lengths, scores)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from tfxformer.layers.ops import matmul_last
+
 # Logit given to illegal connections before the softmax. The softmax runs in float32,
 # where -1e9 is finite; it is never cast to float16/bfloat16, so it cannot become -inf.
 MASKED_LOGIT = -1e9
@@ -54,8 +56,14 @@ class MultiHeadAttention(keras.layers.Layer):
             keys and values. With `cache_index` (a scalar) the keys/values projected from
             `value` are written into the cache at positions [cache_index, cache_index + S)
             and attention runs over all L cached positions (incremental self-attention;
-            mask the unwritten ones). Without `cache_index` the cache is used as is and
-            `value` is ignored (cross-attention over a precomputed memory).
+            mask the unwritten ones); with `append_cache=True` they are appended instead
+            (a cache that grows by S positions per call, L = cache_index so far). Without
+            `cache_index` the cache is used as is and `value` is ignored (cross-attention
+            over a precomputed memory); the query batch may then be a multiple R of the
+            cache's (R consecutive query rows per cache row, e.g. the beams of a
+            sentence), and `padding_mask` has the cache's batch.
+        append_cache: grow the cache by concatenation rather than writing into its
+            fixed slots (cheaper without XLA; XLA needs the fixed-size cache).
         return_attention_scores: also return the (B, H, T, S) attention weights.
 
     Returns:
@@ -97,7 +105,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     def _project(self, x, name):
-        y = tf.matmul(x, tf.cast(getattr(self, f"{name}_kernel"), x.dtype))
+        y = matmul_last(x, tf.cast(getattr(self, f"{name}_kernel"), x.dtype))
         if self.use_bias:
             y = y + tf.cast(getattr(self, f"{name}_bias"), x.dtype)
         return y
@@ -116,10 +124,19 @@ class MultiHeadAttention(keras.layers.Layer):
         }
 
     def call(self, query, value, key=None, padding_mask=None, attention_mask=None,
-             cache=None, cache_index=None, return_attention_scores=False, training=None):
+             cache=None, cache_index=None, append_cache=False, return_attention_scores=False,
+             training=None):
         padding_mask = _validate_mask(padding_mask, "padding_mask", 2, "(B, S)")
         attention_mask = _validate_mask(attention_mask, "attention_mask", 3, "(B, T, S)")
-        q = self._split_heads(self._project(query, "query"))  # (B, H, T, K)
+        query_shape = tf.shape(query)
+        q = self._project(query, "query")
+        # A fixed cache (cross-attention memory) may serve R query rows per cache row (the
+        # beams of a sentence): fold them into the query axis, (B*R, T, D) -> (B, R*T, D),
+        # so the memory is multiplied once per sentence, not once per beam.
+        fold = cache is not None and cache_index is None and attention_mask is None
+        if fold:
+            q = tf.reshape(q, [tf.shape(cache["key"])[0], -1, self.d_model])
+        q = self._split_heads(q)  # (B, H, T, K)
         q = q * tf.cast(self.head_dim ** -0.5, q.dtype)
         if cache is None:
             kv = self.project_key_value(value, key)
@@ -127,7 +144,8 @@ class MultiHeadAttention(keras.layers.Layer):
             kv = cache
         else:
             new = self.project_key_value(value, key)
-            kv = {name: _write(cache[name], new[name], cache_index) for name in ("key", "value")}
+            update = _append if append_cache else _write
+            kv = {name: update(cache[name], new[name], cache_index) for name in ("key", "value")}
         k = tf.cast(kv["key"], q.dtype)
         v = tf.cast(kv["value"], q.dtype)
 
@@ -139,9 +157,13 @@ class MultiHeadAttention(keras.layers.Layer):
         dropped = self.attention_dropout(weights, training=training)
         context = tf.matmul(tf.cast(dropped, v.dtype), v)  # (B, H, T, K)
         context = tf.transpose(context, [0, 2, 1, 3])
-        shape = tf.shape(context)
-        context = tf.reshape(context, [shape[0], shape[1], self.d_model])
+        context = tf.reshape(context, [query_shape[0], query_shape[1], self.d_model])
         output = self._project(context, "output")
+        if fold and return_attention_scores:  # (B, H, R*T, S) -> (B*R, H, T, S)
+            shape = tf.shape(weights)
+            weights = tf.reshape(weights, [shape[0], shape[1], -1, query_shape[1], shape[3]])
+            weights = tf.reshape(tf.transpose(weights, [0, 2, 1, 3, 4]),
+                                 [query_shape[0], shape[1], query_shape[1], shape[3]])
 
         outputs = (output,)
         if return_attention_scores:
@@ -180,3 +202,10 @@ def _write(cache, new, index):
     inside = tf.logical_and(offsets >= 0, offsets < tf.shape(new)[2])
     spread = tf.gather(new, tf.clip_by_value(offsets, 0, tf.shape(new)[2] - 1), axis=2)
     return tf.where(inside[None, None, :, None], spread, cache)
+
+
+def _append(cache, new, index):
+    """Appends new (B, H, T, K) to a growing cache (B, H, index, K): steps pay for the
+    positions written so far, not for all L (no XLA: the shape changes every step)."""
+    del index  # the cache's length is the index
+    return tf.concat([cache, tf.cast(new, cache.dtype)], axis=2)

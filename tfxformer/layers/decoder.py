@@ -30,7 +30,9 @@ class DecoderLayer(keras.layers.Layer):
         cache: optional {"self": {"key", "value"}, "cross": {"key", "value"}} with
             (B, H, L, K) self-attention keys/values and (B, H, S, K) projected memory,
             as made by :meth:`Decoder.init_cache`. Requires `cache_index`, the position
-            of x's first token; x's keys/values are written there.
+            of x's first token; x's keys/values are written there (appended to a
+            growing cache with `append_cache=True`).
+        append_cache: the self-attention cache grows (see :meth:`Decoder.init_cache`).
         return_attention_scores: also return {"self": (B, H, T, T|L), "cross": (B, H, T, S)}.
 
     Returns:
@@ -66,21 +68,23 @@ class DecoderLayer(keras.layers.Layer):
         self.built = True
 
     def call(self, x, memory=None, memory_padding_mask=None, cache=None, cache_index=None,
-             return_attention_scores=False, training=None):
+             append_cache=False, return_attention_scores=False, training=None):
         if cache is not None and cache_index is None:
             raise ValueError("A decoder `cache` needs `cache_index`, the position of x[:, 0].")
         length = tf.shape(x)[1]
         if cache is None:
             self_mask = causal_mask(length)[None]  # (1, T, T)
         else:  # query i sits at cache_index + i and may see cached keys 0..cache_index + i
-            keys = tf.range(tf.shape(cache["self"]["key"])[2])[None, :]
+            slots = tf.shape(cache["self"]["key"])[2] + (length if append_cache else 0)
+            keys = tf.range(slots)[None, :]
             self_mask = (keys <= tf.range(length)[:, None] + cache_index)[None]  # (1, T, L)
         cached = cache is not None
 
         def attend_self(y):
             return self.self_attention(
                 y, y, attention_mask=self_mask, cache=cache["self"] if cached else None,
-                cache_index=cache_index, return_attention_scores=return_attention_scores,
+                cache_index=cache_index, append_cache=append_cache,
+                return_attention_scores=return_attention_scores,
                 training=training)
 
         def attend_memory(y):
@@ -138,7 +142,8 @@ class Decoder(keras.layers.Layer):
     Call arguments:
         x: (B, T, D); memory: (B, S, D) or None with a cache; memory_padding_mask: (B, S);
         cache / cache_index: a list of per-layer caches from :meth:`init_cache` and the
-        position of x[:, 0]; return_attention_scores: also return a list of per-layer
+        position of x[:, 0]; append_cache: the caches grow (made with max_length=None);
+        return_attention_scores: also return a list of per-layer
         {"self", "cross"} weights.
 
     Returns:
@@ -182,27 +187,32 @@ class Decoder(keras.layers.Layer):
             self.final_norm.build(x_shape)
         self.built = True
 
-    def init_cache(self, memory, max_length):
+    def init_cache(self, memory, max_length=None, batch_size=None):
         """Per-layer caches for decoding up to `max_length` tokens against `memory` (B, S, D).
 
-        Self-attention slots start as zeros (B, H, max_length, K); the memory's
-        keys/values are projected once here, not at every step.
+        Self-attention slots start as zeros (B, H, max_length, K), or empty (B, H, 0, K)
+        with `max_length=None`: a cache that grows, for `append_cache=True` calls. The
+        memory's keys/values are projected once here, not at every step. `batch_size`
+        (default B) sizes the self-attention slots, e.g. B·beam for beam search, whose
+        beams share the memory's projection (see MultiHeadAttention's cache).
         """
-        batch = tf.shape(memory)[0]
+        batch = tf.shape(memory)[0] if batch_size is None else batch_size
         heads = self.layer_kwargs["num_heads"]
         head_dim = self.layer_kwargs["d_model"] // heads
-        zeros = tf.zeros([batch, heads, max_length, head_dim], self.compute_dtype)
+        slots = 0 if max_length is None else max_length
+        zeros = tf.zeros([batch, heads, slots, head_dim], self.compute_dtype)
         memory = tf.cast(memory, self.compute_dtype)
         return [{"self": {"key": zeros, "value": zeros},
                  "cross": layer.cross_attention.project_key_value(memory)}
                 for layer in self.stack]
 
     def call(self, x, memory=None, memory_padding_mask=None, cache=None, cache_index=None,
-             return_attention_scores=False, training=None):
+             append_cache=False, return_attention_scores=False, training=None):
         all_weights, new_cache = [], []
         for i, layer in enumerate(self.stack):
             out = layer(x, memory, memory_padding_mask=memory_padding_mask,
                         cache=None if cache is None else cache[i], cache_index=cache_index,
+                        append_cache=append_cache,
                         return_attention_scores=return_attention_scores, training=training)
             x, weights, layer_cache = _unpack(out, return_attention_scores, cache is not None)
             all_weights.append(weights)

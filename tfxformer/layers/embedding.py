@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from tfxformer.layers.ops import matmul_last
+
 
 @keras.saving.register_keras_serializable(package="tfxformer")
 class SharedEmbedding(keras.layers.Layer):
@@ -53,7 +55,7 @@ class SharedEmbedding(keras.layers.Layer):
     def logits(self, x):
         """(..., D) -> (..., V) float32 logits through the transposed embedding matrix."""
         kernel = tf.cast(self.embeddings, x.dtype)
-        return tf.cast(tf.matmul(x, kernel, transpose_b=True), tf.float32)
+        return tf.cast(matmul_last(x, kernel, transpose_b=True), tf.float32)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.d_model,)

@@ -110,22 +110,25 @@ class Transformer(keras.Model):
             return self.embedding.logits(out[0]), out[1]
         return self.embedding.logits(out)
 
-    def init_cache(self, memory, max_length):
-        """Decoder cache for up to `max_length` target positions (see Decoder.init_cache)."""
+    def init_cache(self, memory, max_length=None, batch_size=None):
+        """Decoder cache for up to `max_length` target positions, or a growing one with
+        None; `batch_size` rows of self-attention slots (see Decoder.init_cache)."""
         if not self.built:
             self.build()
-        return self.decoder.init_cache(memory, max_length)
+        return self.decoder.init_cache(memory, max_length, batch_size=batch_size)
 
-    def decode_step(self, target_ids, source_mask, cache, cache_index,
+    def decode_step(self, target_ids, source_mask, cache, cache_index, append_cache=False,
                     return_attention_scores=False):
         """Incremental decoding: ids (B, t) at positions [cache_index, cache_index + t).
 
         Returns ((B, t, V) float32 logits, updated cache), with the per-layer attention
         weights between them if asked. Equal to the matching rows of :meth:`decode`.
+        `source_mask` has the memory's batch, which may divide B (beams share it);
+        `append_cache=True` for a growing cache (``init_cache(memory, None)``).
         """
         x = self.embed(target_ids, start_index=cache_index)
         out = self.decoder(x, None, memory_padding_mask=source_mask, cache=cache,
-                           cache_index=cache_index,
+                           cache_index=cache_index, append_cache=append_cache,
                            return_attention_scores=return_attention_scores)
         logits = self.embedding.logits(out[0])
         return (logits,) + tuple(out[1:])

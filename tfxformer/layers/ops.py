@@ -1,0 +1,24 @@
+"""Small graph-safe tensor helpers shared by the layers."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def matmul_last(x, kernel, transpose_b: bool = False):
+    """Multiplies the last axis of `x` (..., D) by a 2-D `kernel`: (D, N), or (N, D) if transposed.
+
+    `tf.matmul` of a (B, T, D) tensor by a (D, N) matrix broadcasts the matrix to a
+    batched matmul, whose kernel gradient is a (B, D, N) tensor summed afterwards
+    (8.4 GB per step for the base model's 32k-vocabulary projection). Folding the
+    leading axes into rows makes it one 2-D GEMM, forward and backward.
+    """
+    if x.shape.rank == 2:
+        return tf.matmul(x, kernel, transpose_b=transpose_b)
+    shape = tf.shape(x)
+    rows = tf.reshape(x, [-1, shape[-1]])
+    y = tf.matmul(rows, kernel, transpose_b=transpose_b)
+    out_dim = kernel.shape[0] if transpose_b else kernel.shape[-1]
+    y = tf.reshape(y, tf.concat([shape[:-1], tf.shape(y)[-1:]], axis=0))
+    y.set_shape(x.shape[:-1].concatenate([out_dim]))
+    return y
