@@ -20,7 +20,7 @@ Layers timed on a (B, n, d) float32 input, forward only, one tf.function each:
   compute: a mask changes which weights are zero, not how much is computed.
 - restricted_blocked: restricted attention that really costs O(r n d): the sequence cut into
   blocks of r queries, each attending to the 3r keys of its own and neighbouring blocks
-  (band |i - j| <= r inside), via the same layer's `cache` argument.
+  (band |i - j| <= r inside): MultiHeadAttention(h, d, window=r), the layer's option.
 - lstm: keras.layers.LSTM(d, return_sequences=True) (16 n d^2, n sequential steps).
 - conv: keras.layers.Conv1D(d, k, padding="same") (2 k n d^2).
 - separable_conv: keras.layers.SeparableConv1D(d, k, padding="same") (2 k n d + 2 n d^2).
@@ -69,30 +69,6 @@ def band_mask(queries, keys, r, key_offset=0):
     return (tf.abs(i - j) <= r)[None]
 
 
-def restricted_blocked(mha, x, r):
-    """Restricted self-attention in O(r n d): block j of r queries sees keys of blocks
-    j-1, j, j+1 (3r positions, padded at the ends), banded to |i - j| <= r."""
-    import tensorflow as tf
-
-    batch, n, d = x.shape
-    blocks = n // r
-    kv = mha.project_key_value(x)  # (B, H, n, K) each
-
-    def windows(t):  # (B, H, n, K) -> (B * blocks, H, 3r, K)
-        t = tf.pad(t, [[0, 0], [0, 0], [r, r], [0, 0]])
-        t = tf.signal.frame(t, 3 * r, r, axis=2)  # (B, H, blocks, 3r, K)
-        t = tf.transpose(t, [0, 2, 1, 3, 4])
-        return tf.reshape(t, [batch * blocks, t.shape[2], 3 * r, t.shape[4]])
-
-    cache = {name: windows(t) for name, t in kv.items()}
-    real = tf.signal.frame(tf.pad(tf.ones([n], tf.bool), [[r, r]]), 3 * r, r)  # (blocks, 3r)
-    padding = tf.tile(real, [batch, 1])
-    queries = tf.reshape(x, [batch * blocks, r, d])
-    out, _ = mha(queries, queries, padding_mask=padding, cache=cache,
-                 attention_mask=band_mask(r, 3 * r, r, key_offset=-r))
-    return tf.reshape(out, [batch, n, d])
-
-
 def make_layer(kind, args, n):
     """A tf.function x -> y for one layer kind at length n."""
     import keras
@@ -102,17 +78,15 @@ def make_layer(kind, args, n):
 
     d, r = args.d_model, min(args.window, n)
     if kind in ("self_attention", "restricted_mask", "restricted_blocked"):
-        mha = MultiHeadAttention(args.heads, d)
+        mha = MultiHeadAttention(args.heads, d, window=r if kind == "restricted_blocked" else None)
         mha.build((None, None, d))
         if kind == "self_attention":
             fn = lambda x: mha(x, x)
         elif kind == "restricted_mask":
             mask = band_mask(n, n, r)
             fn = lambda x: mha(x, x, attention_mask=mask)
-        else:
-            if n % r:
-                raise ValueError(f"restricted_blocked needs n % r == 0, got n={n}, r={r}")
-            fn = lambda x: restricted_blocked(mha, x, r)
+        else:  # the layer's own O(r n d) blocked path (MultiHeadAttention(window=r))
+            fn = lambda x: mha(x, x)
     else:
         layer = {
             "lstm": lambda: keras.layers.LSTM(d, return_sequences=True),

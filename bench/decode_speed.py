@@ -216,6 +216,8 @@ def main(argv=None):
             "preset": args.preset, "vocab_size": args.vocab_size, "patch": args.patch,
             "precision": args.precision,
             "xla": args.xla, "alpha": None if args.greedy else ALPHA, "eos": "disabled",
+            # growing self-attention cache by default; XLA needs the fixed-size one
+            "cache": "static" if args.xla or args.per_step else "growing",
             "peak_gflops_for_mfu": flops.PEAK_GFLOPS}
     if args.per_step:
         result = {**head, **per_step(args, model, wrapped)}

@@ -216,6 +216,32 @@ def test_matmul_last_is_one_2d_gemm_equal_to_broadcast_matmul():
     assert matmul_last(x, w).shape == (3, 4, 7)
 
 
+@pytest.mark.parametrize("n, r", [(7, 2), (8, 4), (5, 9)])
+def test_restricted_attention_blocked_equals_band_masked_full_attention(n, r):
+    """window=r in O(r n d) equals full attention masked to |i - j| <= r (§4, Table 1)."""
+    restricted = layers.MultiHeadAttention(num_heads=2, window=r)
+    x = tf.random.stateless_normal((2, n, D), seed=[n, r])
+    padding = tf.sequence_mask([n, n - 2], n)
+    got = restricted(x, x, padding_mask=padding)
+    full = layers.MultiHeadAttention.from_config(
+        {**restricted.get_config(), "window": None})
+    full(x, x)
+    full.set_weights(restricted.get_weights())
+    band = (tf.abs(tf.range(n)[:, None] - tf.range(n)[None, :]) <= r)[None]
+    want = full(x, x, padding_mask=padding, attention_mask=band)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # The dense band path (taken when weights are asked for) agrees, and masks the far keys.
+    dense, weights = restricted(x, x, padding_mask=padding, return_attention_scores=True)
+    np.testing.assert_allclose(dense, want, rtol=1e-5, atol=1e-5)
+    assert np.all(weights.numpy()[:, :, ~band.numpy()[0]] < 1e-6)
+    assert restricted.get_config()["window"] == r
+
+
+def test_restricted_attention_rejects_bad_window():
+    with pytest.raises(ValueError, match="window.*>= 1.*0"):
+        layers.MultiHeadAttention(num_heads=2, window=0)
+
+
 def test_causal_mask_literal():
     np.testing.assert_array_equal(layers.causal_mask(3).numpy(),
                                   [[1, 0, 0], [1, 1, 0], [1, 1, 1]])

@@ -44,6 +44,12 @@ class MultiHeadAttention(keras.layers.Layer):
             be divisible by `num_heads`.
         dropout: dropout rate on the attention weights (default 0, as in the paper).
         use_bias: whether the Q, K, V and output projections have biases.
+        window: r for restricted self-attention (§4, Table 1: "considering only a
+            neighborhood of size r in the input sequence centered around the respective
+            output position"): query i attends keys j with |i - j| <= r (query t at
+            position cache_index + t when decoding with a cache). None = full attention.
+            Without a cache, mask or returned weights it runs in O(r·n·d): the sequence is
+            cut into blocks of r queries, each scoring only its 3r neighbouring keys.
 
     Call arguments:
         query: (B, T, D).
@@ -77,10 +83,16 @@ class MultiHeadAttention(keras.layers.Layer):
     TensorShape([3, 5, 8])
     """
 
-    def __init__(self, num_heads, d_model=None, dropout=0.0, use_bias=True, **kwargs):
+    def __init__(self, num_heads, d_model=None, dropout=0.0, use_bias=True, window=None,
+                 **kwargs):
         super().__init__(**kwargs)
         if int(num_heads) < 1:
             raise ValueError(f"`num_heads` must be a positive integer, got {num_heads}.")
+        if window is not None and (isinstance(window, bool) or int(window) != window
+                                   or window < 1):
+            raise ValueError(f"`window` (restricted attention r) must be an integer >= 1 or "
+                             f"None, got {window!r}.")
+        self.window = None if window is None else int(window)
         self.num_heads = int(num_heads)
         self.d_model = None if d_model is None else int(d_model)
         self.dropout = float(dropout)
@@ -129,6 +141,11 @@ class MultiHeadAttention(keras.layers.Layer):
         padding_mask = _validate_mask(padding_mask, "padding_mask", 2, "(B, S)")
         attention_mask = _validate_mask(attention_mask, "attention_mask", 3, "(B, T, S)")
         query_shape = tf.shape(query)
+        if self.window is not None:
+            if cache is None and attention_mask is None and not return_attention_scores:
+                return self._restricted_blocked(query, value, key, padding_mask, training)
+            attention_mask = _and(attention_mask, self._band(query_shape[1], value, cache,
+                                                             cache_index, append_cache))
         q = self._project(query, "query")
         # A fixed cache (cross-attention memory) may serve R query rows per cache row (the
         # beams of a sentence): fold them into the query axis, (B*R, T, D) -> (B, R*T, D),
@@ -172,14 +189,61 @@ class MultiHeadAttention(keras.layers.Layer):
             outputs += (kv,)
         return outputs[0] if len(outputs) == 1 else outputs
 
+    def _band(self, length, value, cache, cache_index, append_cache):
+        """(1, T, S) bool: |query position - key position| <= window."""
+        if cache is None:
+            keys = tf.shape(value)[1]
+            start = 0
+        else:
+            keys = tf.shape(cache["key"])[2] + (length if append_cache else 0)
+            start = 0 if cache_index is None else tf.cast(cache_index, tf.int32)
+        queries = tf.range(length)[:, None] + start
+        return (tf.abs(queries - tf.range(keys)[None, :]) <= self.window)[None]
+
+    def _restricted_blocked(self, query, value, key, padding_mask, training):
+        """Restricted self-attention in O(r·n·d): blocks of r queries, 3r keys each."""
+        r = self.window
+        shape = tf.shape(query)
+        n = shape[1]
+        blocks = (n + r - 1) // r
+        extra = blocks * r - n  # pad the sequence to whole blocks
+        q = self._split_heads(self._project(query, "query"))
+        q = q * tf.cast(self.head_dim ** -0.5, q.dtype)
+        kv = self.project_key_value(value, key)
+        q = tf.pad(q, [[0, 0], [0, 0], [0, extra], [0, 0]])
+        q = tf.reshape(q, [shape[0], self.num_heads, blocks, r, self.head_dim])
+
+        def windows(t):  # (B, H, n, K) -> (B, H, blocks, 3r, K): keys of blocks j-1, j, j+1
+            t = tf.pad(tf.cast(t, q.dtype), [[0, 0], [0, 0], [r, r + extra], [0, 0]])
+            return tf.signal.frame(t, 3 * r, r, axis=2)
+
+        k, v = windows(kv["key"]), windows(kv["value"])
+        scores = tf.cast(tf.einsum("bhnqk,bhnsk->bhnqs", q, k), tf.float32)
+        real = tf.ones([shape[0], n], tf.bool) if padding_mask is None else padding_mask
+        real = tf.signal.frame(tf.pad(real, [[0, 0], [r, r + extra]]), 3 * r, r, axis=1)
+        offsets = tf.range(3 * r)[None, :] - r - tf.range(r)[:, None]  # key - query position
+        band = tf.abs(offsets) <= r  # (r, 3r)
+        mask = real[:, None, :, None, :] & band[None, None, None]
+        weights = tf.nn.softmax(tf.where(mask, scores, MASKED_LOGIT), axis=-1)
+        dropped = self.attention_dropout(weights, training=training)
+        context = tf.einsum("bhnqs,bhnsk->bhnqk", tf.cast(dropped, v.dtype), v)
+        context = tf.reshape(context, [shape[0], self.num_heads, blocks * r, self.head_dim])
+        context = tf.transpose(context[:, :, :n], [0, 2, 1, 3])
+        context = tf.reshape(context, [shape[0], n, self.d_model])
+        return self._project(context, "output")
+
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return tuple(query_shape)
 
     def get_config(self):
         config = super().get_config()
         config.update(num_heads=self.num_heads, d_model=self.d_model, dropout=self.dropout,
-                      use_bias=self.use_bias)
+                      use_bias=self.use_bias, window=self.window)
         return config
+
+
+def _and(a, b):
+    return b if a is None else tf.logical_and(a, b)
 
 
 def _combine(padding_mask, attention_mask):
