@@ -44,7 +44,11 @@ def parse_args(argv=None):
     ap.add_argument("--beam-size", type=int, default=4)
     ap.add_argument("--greedy", action="store_true", help="greedy_decode instead of beam")
     ap.add_argument("--precision", choices=sorted(bl.POLICIES), default="fp32")
-    ap.add_argument("--xla", action="store_true", help="tf.function(jit_compile=True)")
+    ap.add_argument("--xla", action="store_true",
+                    help="tf.function(jit_compile=True) (implies --static-cache)")
+    ap.add_argument("--static-cache", action="store_true",
+                    help="fixed-size self-attention cache written in place each step (XLA's "
+                         "layout) instead of the default growing one")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls after one warm-up")
     ap.add_argument("--per-step", action="store_true",
                     help="time each decoding step on its own (decode_step + log-softmax + "
@@ -110,10 +114,11 @@ def make_decode_fn(wrapped, args, steps):
     def run(src):
         if args.greedy:
             out = greedy_decode(wrapped, src, extra_length=steps, max_length=steps,
-                                static_cache=args.xla)
+                                static_cache=args.xla or args.static_cache)
         else:
             out = beam_search(wrapped, src, beam_size=args.beam_size, alpha=ALPHA,
-                              extra_length=steps, max_length=steps, static_cache=args.xla)
+                              extra_length=steps, max_length=steps,
+                              static_cache=args.xla or args.static_cache)
         return out.ids, out.lengths
 
     return tf.function(run, jit_compile=args.xla)
@@ -217,7 +222,7 @@ def main(argv=None):
             "precision": args.precision,
             "xla": args.xla, "alpha": None if args.greedy else ALPHA, "eos": "disabled",
             # growing self-attention cache by default; XLA needs the fixed-size one
-            "cache": "static" if args.xla or args.per_step else "growing",
+            "cache": "static" if args.xla or args.static_cache or args.per_step else "growing",
             "peak_gflops_for_mfu": flops.PEAK_GFLOPS}
     if args.per_step:
         result = {**head, **per_step(args, model, wrapped)}

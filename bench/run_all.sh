@@ -23,9 +23,8 @@ D="--repeats 5"
 run train_fp32_vs_kerashub        bench/train_speed.py $T --peer keras-hub
 run train_bf16_vs_kerashub        bench/train_speed.py $T --precision bf16 --peer keras-hub
 run train_fp32_xla                bench/train_speed.py $T --xla
-run train_fp32_matmul2d_vs_kerashub bench/train_speed.py $T --patch matmul2d --peer keras-hub
-run train_bf16_matmul2d_vs_kerashub bench/train_speed.py $T --patch matmul2d --peer keras-hub --precision bf16
 run decode_beam4_fp32             bench/decode_speed.py $D
+run decode_beam4_fp32_static      bench/decode_speed.py $D --static-cache
 run decode_beam4_fp32_xla         bench/decode_speed.py $D --xla
 run decode_beam4_bf16             bench/decode_speed.py $D --precision bf16
 run decode_greedy_fp32            bench/decode_speed.py $D --greedy
@@ -34,28 +33,12 @@ run decode_per_step               bench/decode_speed.py --per-step --repeats 2
 run decode_beam4_bf16_xla         bench/decode_speed.py $D --precision bf16 --xla
 run profile_train                 bench/profile_ops.py --what train --steps 2
 run profile_beam                  bench/profile_ops.py --what beam --steps 2
-run profile_train_matmul2d        bench/profile_ops.py --what train --steps 2 --patch matmul2d
 run microbench                    bench/microbench.py
 run microbench_loss               bench/microbench.py --cases loss
-# The training what-if needs one process per variant at B=128 (two base models plus the
-# baseline's ~15 GiB peak do not fit in 24 GiB): baseline, patched, baseline, patched.
-run whatif_train_base_1           bench/train_speed.py --steps 4 --warmup 2
-run whatif_train_matmul2d_1       bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d
-run whatif_train_base_2           bench/train_speed.py --steps 4 --warmup 2
-run whatif_train_matmul2d_2       bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d
-run whatif_train_bf16_matmul2d    bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d --precision bf16
-run whatif_train_fused_loss       bench/train_speed.py --steps 4 --warmup 2 --patch fused_loss
-run whatif_train_both_1           bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d,fused_loss
-run whatif_train_base_3           bench/train_speed.py --steps 4 --warmup 2
-run whatif_train_both_2           bench/train_speed.py --steps 4 --warmup 2 --patch matmul2d,fused_loss
-run train_fp32_both_vs_kerashub   bench/train_speed.py $T --patch matmul2d,fused_loss --peer keras-hub
-run train_bf16_both_vs_kerashub   bench/train_speed.py $T --patch matmul2d,fused_loss --peer keras-hub --precision bf16
 run train_fp32_xla_vs_kerashub    bench/train_speed.py $T --xla --peer keras-hub
-run whatif_beam_matmul2d_scatter  bench/whatif.py --what beam --patch matmul2d,write_scatter --repeats 3
-run whatif_beam_matmul2d          bench/whatif.py --what beam --patch matmul2d --repeats 3
-run whatif_beam_write_rows        bench/whatif.py --what beam --patch write_rows --repeats 3
+run whatif_beam_write_rows        bench/whatif.py --what beam --patch write_rows --repeats 3 --static-cache
 run whatif_beam_fused_topk        bench/whatif.py --what beam --patch fused_topk --repeats 3
-run whatif_beam_rows_topk         bench/whatif.py --what beam --patch write_rows,fused_topk --repeats 5
+run whatif_beam_rows_topk         bench/whatif.py --what beam --patch write_rows,fused_topk --repeats 5 --static-cache
 run complexity                    bench/complexity.py
 # CTranslate2 in the same sitting (needs `pip install ctranslate2 numpy` in some venv: CT2PY)
 CT2PY=${CT2PY:-/tmp/ct2venv/bin/python}

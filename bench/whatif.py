@@ -53,6 +53,8 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=4, help="timed train steps per variant")
     ap.add_argument("--batch-size", type=int, default=128, help="training pairs per batch")
     ap.add_argument("--repeats", type=int, default=3, help="timed decode calls per variant")
+    ap.add_argument("--static-cache", action="store_true",
+                    help="decode with the fixed-size cache (the write_* patches act on it)")
     return ap.parse_args(argv)
 
 
@@ -172,7 +174,8 @@ def build(args):
 
     dargs = decode_speed.parse_args(["--preset", args.preset, "--vocab-size",
                                      str(args.vocab_size)]
-                                    + (["--greedy"] if args.what == "greedy" else []))
+                                    + (["--greedy"] if args.what == "greedy" else [])
+                                    + (["--static-cache"] if args.static_cache else []))
     _, wrapped = decode_speed.build(dargs)
     src = decode_speed.source_ids(64, 24, args.vocab_size)
     fn = decode_speed.make_decode_fn(wrapped, dargs, 32)
