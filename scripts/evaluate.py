@@ -18,7 +18,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
-def load(model_path, checkpoint=None):
+def load(model_path, checkpoint=None, precision="fp32"):
     """Returns {mode: translate(list[str]) -> list[str]} for "beam" and "greedy"."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
@@ -27,6 +27,9 @@ def load(model_path, checkpoint=None):
 
     kind, path = resolve_model_dir(model_path)
     if kind == "saved_model":
+        if precision != "fp32":
+            raise ValueError(f"--precision {precision} applies to run dirs; a SavedModel "
+                             "computes in the type it was exported with.")
         model = tf.saved_model.load(path)
         default = model.signatures["serving_default"]
         options = model.signatures["translate_with_options"]
@@ -36,7 +39,7 @@ def load(model_path, checkpoint=None):
     else:
         from tfxformer.serving import Translator, load_run_dir
 
-        model, _, spm_bytes = load_run_dir(path, checkpoint)
+        model, _, spm_bytes = load_run_dir(path, checkpoint, precision=precision)
         translator = Translator(model, spm_bytes)
         beam = translator.__call__
         greedy = lambda text: translator.translate_with_options(  # noqa: E731
@@ -66,6 +69,9 @@ def main(argv=None) -> int:
                         "(default: %(default)s)")
     parser.add_argument("--hyp-dir", help="write each set's translations here")
     parser.add_argument("--label", default="", help="label of this model in the table")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="compute type for a run dir (bf16: bfloat16 matmuls, float32 "
+                             "weights and softmax) (default: %(default)s)")
     args = parser.parse_args(argv)
 
     from tfxformer.bleu import compound_split_bleu, sacrebleu_scores
@@ -73,7 +79,7 @@ def main(argv=None) -> int:
     from tfxformer.serving.batching import translate_in_length_order
 
     try:
-        path, translators = load(args.model, args.checkpoint)
+        path, translators = load(args.model, args.checkpoint, args.precision)
         data = {name: ([*iter_lines(os.path.join(args.data, f"{name}.{args.src}"))],
                        [*iter_lines(os.path.join(args.data, f"{name}.{args.tgt}"))])
                 for name in args.sets}
@@ -88,6 +94,7 @@ def main(argv=None) -> int:
             hyps = translate_in_length_order(translators[mode], sources, args.batch_size)
             seconds = time.perf_counter() - start
             row = dict(model=args.label or path, set=name, decoding=mode,
+                       precision=args.precision,
                        sentences=len(hyps), seconds=round(seconds, 1),
                        **sacrebleu_scores(hyps, references),
                        bleu_compound_split=compound_split_bleu(hyps, references, args.tgt))

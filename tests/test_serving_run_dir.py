@@ -67,6 +67,36 @@ def test_load_run_dir_restores_the_trained_weights(run_dir, spm_model):
     np.testing.assert_allclose(model((source, target)), trained((source, target)), atol=1e-6)
 
 
+def test_bf16_run_dir_export_computes_in_bfloat16_with_the_same_weights(run_dir, tmp_path):
+    path, trained = run_dir
+    model, _, _ = load_run_dir(path, precision="bf16")
+    assert model.compute_dtype == "bfloat16" and model.variable_dtype == "float32"
+    for got, want in zip(model.weights, trained.weights, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    export = export_run_dir(path, str(tmp_path / "export"), precision="bf16")
+    with open(os.path.join(export, "assets", "config.json"), encoding="utf-8") as f:
+        assert json.load(f)["compute_dtype"] == "bfloat16"
+    out = tf.saved_model.load(export).signatures["serving_default"](
+        text=tf.constant(["A dog runs.", "Two men."]))
+    assert out["translation"].shape == (2,)
+    with pytest.raises(ValueError, match="precision 'int4'.*bf16"):
+        load_run_dir(path, precision="int4")
+
+
+def test_evaluate_script_scores_a_run_dir_in_bf16(run_dir, tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "tiny.en").write_text("A dog runs.\nTwo men talk.\n")
+    (data / "tiny.de").write_text("Ein Hund rennt.\nZwei Männer reden.\n")
+    main = load_script("evaluate").main
+    assert main(["--model", run_dir[0], "--data", str(data), "--sets", "tiny",
+                 "--precision", "bf16"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+            if line.startswith("{")]
+    assert [(r["set"], r["decoding"], r["precision"]) for r in rows] == [("tiny", "beam", "bf16")]
+    assert main(["--model", str(tmp_path / "missing"), "--data", str(data), "--sets", "tiny"]) == 2
+
+
 def test_a_checkpoint_of_another_model_is_refused(run_dir, tmp_path):
     path, _ = run_dir
     config = read_run_config(path)

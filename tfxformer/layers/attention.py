@@ -97,7 +97,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_model = None if d_model is None else int(d_model)
         self.dropout = float(dropout)
         self.use_bias = bool(use_bias)
-        self.attention_dropout = keras.layers.Dropout(self.dropout)
+        self.attention_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         d_model = self.d_model or int(query_shape[-1])

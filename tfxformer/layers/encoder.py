@@ -27,7 +27,7 @@ class ResidualBlock(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="norm", dtype=self.dtype_policy)
-        self.residual_dropout = keras.layers.Dropout(self.dropout)
+        self.residual_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.norm.build(input_shape)

@@ -36,7 +36,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.dropout = float(dropout)
         self.inner = keras.layers.Dense(self.d_ff, activation="relu", name="inner",
                                         dtype=self.dtype_policy)
-        self.activation_dropout = keras.layers.Dropout(self.dropout)
+        self.activation_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.outer = None
 
     def build(self, input_shape):

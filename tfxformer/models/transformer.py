@@ -67,7 +67,7 @@ class Transformer(keras.Model):
                                          dtype=policy)
         self.position = PositionalEncoding(position_embedding, max_length,
                                            name="positional_encoding", dtype=policy)
-        self.embedding_dropout = keras.layers.Dropout(dropout)
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
         self.encoder = Encoder(name="encoder", dtype=policy, **stack_kwargs)
         self.decoder = Decoder(name="decoder", dtype=policy, **stack_kwargs)
 

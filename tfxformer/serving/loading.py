@@ -56,12 +56,16 @@ def find_checkpoint(model_dir):
     return None
 
 
-def load_run_dir(model_dir, checkpoint=None):
+PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+def load_run_dir(model_dir, checkpoint=None, precision="fp32"):
     """Loads a trained run dir into `(model, config, spm_bytes)`.
 
     Builds :class:`tfxformer.Transformer` from `config["model"]` and restores the model
     weights of `checkpoint` (default: :func:`find_checkpoint`), checking that every model
-    weight is restored; optimizer and step entries are ignored.
+    weight is restored; optimizer and step entries are ignored. `precision` "bf16" or
+    "fp16" computes in that type (float32 weights, logits, softmax and LayerNorm).
 
     Raises:
         FileNotFoundError: no config.json, spm.model or checkpoint.
@@ -69,6 +73,8 @@ def load_run_dir(model_dir, checkpoint=None):
     """
     from tfxformer.models.transformer import Transformer
 
+    if precision not in PRECISION_POLICIES:
+        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"Run dir {model_dir!r} does not exist.")
     config = read_run_config(model_dir)
@@ -82,7 +88,7 @@ def load_run_dir(model_dir, checkpoint=None):
         raise FileNotFoundError(
             f"No checkpoint in run dir {model_dir!r}: looked for ckpt-<step> in "
             f"{', '.join(f'{d}/' for d in CHECKPOINT_SUBDIRS)}.")
-    model = Transformer(**config["model"])
+    model = Transformer(**config["model"], dtype=PRECISION_POLICIES[precision])
     model.build()
     _restore(model, checkpoint)
     return model, config, spm_bytes
