@@ -30,6 +30,7 @@ run decode_beam4_bf16             bench/decode_speed.py $D --precision bf16
 run decode_greedy_fp32            bench/decode_speed.py $D --greedy
 run decode_greedy_fp32_xla        bench/decode_speed.py $D --greedy --xla
 run decode_per_step               bench/decode_speed.py --per-step --repeats 2
+run decode_per_step_static        bench/decode_speed.py --per-step --repeats 2 --static-cache
 run decode_beam4_bf16_xla         bench/decode_speed.py $D --precision bf16 --xla
 run profile_train                 bench/profile_ops.py --what train --steps 2
 run profile_beam                  bench/profile_ops.py --what beam --steps 2
