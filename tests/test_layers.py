@@ -214,6 +214,9 @@ def test_matmul_last_is_one_2d_gemm_equal_to_broadcast_matmul():
     ops = {op.type for op in graph.get_operations()}
     assert "MatMul" in ops and not ops & {"BatchMatMulV2", "BatchMatMulV3"}
     assert matmul_last(x, w).shape == (3, 4, 7)
+    step = x[:, :1]  # one decoding step per row: the batched form, same numbers
+    np.testing.assert_allclose(matmul_last(step, tf.transpose(w), transpose_b=True),
+                               tf.matmul(step, w), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("n, r", [(7, 2), (8, 4), (5, 9)])
