@@ -59,4 +59,4 @@ run smoke_decode_per_step         bench/decode_speed.py $S --repeats 1 --per-ste
 run smoke_complexity              bench/complexity.py --d-model 64 --lengths 16,64 --repeats 1 --plot /tmp/complexity_smoke.png
 run smoke_profile                 bench/profile_ops.py $S --what beam --steps 1 --top 5
 run smoke_microbench              bench/microbench.py --small --repeats 1
-run smoke_whatif                  bench/whatif.py $S --what beam --patch write_rows,fused_topk --repeats 1
+run smoke_whatif                  bench/whatif.py $S --what beam --patch write_rows,fused_topk --repeats 1 --static-cache
