@@ -22,6 +22,11 @@ PRESETS: dict[str, dict] = {
     "multi30k_wide": dict(num_layers=4, d_model=192, num_heads=4, d_ff=768, dropout=0.3),
 }
 
+# --precision names and the Keras dtype policies they select (mixed: float32 weights,
+# float32 LayerNorm/softmax/logits; bf16 on CPU/TPU, fp16 with loss scaling on GPU).
+PRECISION_POLICIES: dict[str, str] = {
+    "fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
 # Every architecture argument of Transformer, with its default (the paper's base model).
 MODEL_DEFAULTS: dict = dict(
     num_layers=6,

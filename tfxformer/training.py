@@ -21,7 +21,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from tfxformer import checkpoints as ckpt
-from tfxformer.config import get_preset
+from tfxformer.config import PRECISION_POLICIES, get_preset
 from tfxformer.data import pipeline, sources
 from tfxformer.data.tokenizer import Tokenizer, train_tokenizer
 from tfxformer.distribute import (
@@ -37,7 +37,7 @@ from tfxformer.trainer import Trainer, learning_rate, nan_embeddings, nonfinite_
 
 log = logging.getLogger("tfxformer")
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = tuple(PRECISION_POLICIES)
 # With --on-nonfinite skip, this many non-finite updates in a row stop training: the run
 # is diverging, and skipping forever would look like progress that never comes.
 MAX_CONSECUTIVE_NONFINITE = 50
@@ -106,8 +106,7 @@ class TrainConfig:
 
 def set_precision(precision: str) -> None:
     """fp32, or mixed bfloat16 / float16 (LayerNorm, softmax and logits stay float32)."""
-    policy = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[precision]
-    keras.mixed_precision.set_global_policy(policy)
+    keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
 
 
 def _setup_logging(model_dir: str | None) -> None:

@@ -14,6 +14,9 @@ import re
 
 import tensorflow as tf
 
+from tfxformer.checkpoints import hidden_model_variables
+from tfxformer.config import PRECISION_POLICIES
+
 CONFIG_FILENAME = "config.json"
 SPM_FILENAME = "spm.model"
 CHECKPOINT_SUBDIRS = ("averaged", "checkpoints")  # in order of preference
@@ -56,9 +59,6 @@ def find_checkpoint(model_dir):
     return None
 
 
-PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
-
-
 def load_run_dir(model_dir, checkpoint=None, precision="fp32"):
     """Loads a trained run dir into `(model, config, spm_bytes)`.
 
@@ -98,9 +98,8 @@ def untracked_weights(model):
     """Paths of the model weights that `tf.train.Checkpoint(model=model)` does not reach,
     and so neither saves nor restores (e.g. sublayers kept in a Python list under
     Keras 3, keras-team/keras#18398)."""
-    checkpoint = tf.train.Checkpoint(model=model)
-    reached = {id(t) for t in tf.train.TrackableView(checkpoint).descendants()}
-    return [w.path for w in model.weights if id(w) not in reached]
+    hidden = {id(v) for v in hidden_model_variables(model)}
+    return [w.path for w in model.weights if id(w) in hidden]
 
 
 def _restore(model, checkpoint):
