@@ -4,15 +4,9 @@
 vocabulary of about 37000 tokens." One SentencePiece BPE model is trained on the source
 *and* target training text and used for both sides.
 
-Fixed id contract (the rest of the package relies on it)::
-
-    PAD_ID = 0   padding, never a real token
-    UNK_ID = 1   unknown piece (rare: byte fallback spells unseen characters as bytes)
-    BOS_ID = 2   first decoder input
-    EOS_ID = 3   end of every source and every target sequence
-
-These are also the ids that keras-hub's `compute_sentence_piece_proto` assigns, so a
-model trained here works with `keras_nlp.tokenizers.SentencePieceTokenizer` (see
+The model is trained with the fixed ids of :mod:`tfxformer.ids` (pad 0, unk 1, bos 2,
+eos 3), which are also the ids that keras-hub's `compute_sentence_piece_proto` assigns, so
+a model trained here works with `keras_nlp.tokenizers.SentencePieceTokenizer` (see
 :func:`keras_tokenizer`).
 
 Departure from the brief's suggestion: keras-hub 0.32's `compute_sentence_piece_proto`
@@ -35,8 +29,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-NUM_SPECIAL_IDS = 4
+from tfxformer.ids import BOS_ID, EOS_ID, NUM_SPECIAL_IDS, PAD_ID, UNK_ID  # noqa: F401
+
 MODEL_FILENAME = "spm.model"
 
 logger = logging.getLogger(__name__)

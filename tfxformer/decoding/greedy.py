@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-# The fixed id contract of the SentencePiece vocabulary (trained with these ids).
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-exported)
+
 # Score of impossible hypotheses: finite, so sums and comparisons never give NaN.
 NEG_INF = -1e9
 DEFAULT_EXTRA_LENGTH = 50

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-PAD_ID = 0
+from tfxformer.ids import PAD_ID
 
 
 def padding_mask(ids: tf.Tensor, pad_id: int = PAD_ID) -> tf.Tensor:
