@@ -9,7 +9,13 @@ import pytest
 import sacrebleu
 from conftest import SHARED_DATA
 
-from tfxformer.bleu import compound_split_bleu, sacrebleu_scores, split_compounds
+from tfxformer.bleu import (
+    compound_split_bleu,
+    multi30k_bleu,
+    multi30k_tokenize,
+    sacrebleu_scores,
+    split_compounds,
+)
 
 NEWSTEST = os.path.join(SHARED_DATA, "wmt14", "newstest2014.de")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,3 +67,36 @@ def test_bleu_script(tmp_path):
     scores = json.loads(out.stdout.strip().splitlines()[-1])
     assert scores["bleu"] == pytest.approx(100) and scores["bleu_compound_split"] == \
         pytest.approx(100)
+
+
+MULTI30K = os.path.join(SHARED_DATA, "multi30k")
+
+
+def test_multi30k_tokenize_hand_checked():
+    # By hand, as lowercase | normalize-punctuation.perl | tokenizer.perl (escaping) would.
+    assert multi30k_tokenize(["Un homme sur l'herbe, près d'une clôture."], "fr") == \
+        ["un homme sur l&apos; herbe , près d&apos; une clôture ."]
+    assert multi30k_tokenize(["Ein Mann mit einem „Hut“."], "de") == \
+        ['ein mann mit einem " hut " .'.replace('"', "&quot;")]
+
+
+@pytest.mark.parametrize("lang", ["de", "fr"])
+def test_multi30k_tokenize_reproduces_the_datasets_references(lang):
+    raw = open(os.path.join(MULTI30K, f"test_2016_flickr.{lang}"), encoding="utf-8")
+    tok = open(os.path.join(MULTI30K, "tok", f"test_2016_flickr.lc.norm.tok.{lang}"),
+               encoding="utf-8")
+    raw, tok = raw.read().splitlines(), tok.read().splitlines()
+    same = sum(a == b for a, b in zip(multi30k_tokenize(raw, lang), tok, strict=True))
+    assert same >= 999
+    assert multi30k_bleu(raw, tok, lang) > 99.9
+
+
+def test_multi30k_bleu_scores_a_hypothesis_like_multi_bleu():
+    refs = ["ein mann mit einem hut .", "zwei hunde spielen im schnee ."]
+    hyps = ["Ein Mann mit einem Hut.", "Zwei Hunde laufen im Schnee."]
+    expected = sacrebleu.corpus_bleu(
+        ["ein mann mit einem hut .", "zwei hunde laufen im schnee ."], [refs],
+        tokenize="none").score
+    assert multi30k_bleu(hyps, refs, "de") == pytest.approx(expected)
+    with pytest.raises(ValueError, match="aligned"):
+        multi30k_bleu(hyps[:1], refs, "de")
