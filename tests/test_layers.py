@@ -22,8 +22,8 @@ CONTRACT_CASES = {
     "MultiHeadAttention": (layers.MultiHeadAttention, dict(num_heads=2), (X, MEMORY),
                            dict(padding_mask=tf.constant(SOURCE_MASK))),
     "PositionalEncoding": (layers.PositionalEncoding, {}, (X,), dict(has_weights=False)),
-    "PositionalEncoding-learned": (layers.PositionalEncoding, dict(kind="learned", max_length=16),
-                                   (X,), {}),
+    "PositionalEncoding-learned": (layers.PositionalEncoding,
+                                   dict(kind="learned", max_positions=16), (X,), {}),
     "PositionwiseFeedForward": (layers.PositionwiseFeedForward, dict(d_ff=16), (X,), {}),
     "EncoderLayer": (layers.EncoderLayer, dict(d_model=D, num_heads=2, d_ff=16), (X,), {}),
     "EncoderLayer-prenorm": (layers.EncoderLayer,
@@ -164,8 +164,7 @@ def test_attention_cache_equals_full_self_attention():
     rows = []
     for t in range(T):
         visible = (tf.range(T) <= t)[None, None, :]
-        row, cache = ours(X[:, t:t + 1], X[:, t:t + 1], attention_mask=visible, cache=cache,
-                          cache_index=t)
+        row, cache = ours.call_cached(X[:, t:t + 1], cache, t, attention_mask=visible)
         rows.append(row.numpy())
     np.testing.assert_allclose(np.concatenate(rows, 1), full, rtol=1e-5, atol=1e-6)
 
@@ -176,8 +175,7 @@ def test_growing_attention_cache_equals_full_self_attention():
     cache = {"key": tf.zeros((B, 2, 0, D // 2)), "value": tf.zeros((B, 2, 0, D // 2))}
     rows = []
     for t in range(T):
-        row, cache = ours(X[:, t:t + 1], X[:, t:t + 1], cache=cache, cache_index=t,
-                          append_cache=True)
+        row, cache = ours.call_cached(X[:, t:t + 1], cache, t, append_cache=True)
         assert cache["key"].shape[2] == t + 1
         rows.append(row.numpy())
     np.testing.assert_allclose(np.concatenate(rows, 1), full, rtol=1e-5, atol=1e-6)
@@ -193,12 +191,15 @@ def test_cross_attention_cache_serves_several_query_rows_per_memory_row():
     ours(queries[:B], memory)  # build
     shared = ours.project_key_value(memory)
     tiled = tf.nest.map_structure(lambda t: tf.repeat(t, repeats, axis=0), shared)
-    got, got_weights, _ = ours(queries, None, padding_mask=mask, cache=shared,
-                               return_attention_scores=True)
-    want, want_weights, _ = ours(queries, None, padding_mask=tf.repeat(mask, repeats, axis=0),
-                                 cache=tiled, return_attention_scores=True)
+    got, same = ours.call_cached(queries, shared, padding_mask=mask, beams=repeats)
+    want, _ = ours.call_cached(queries, tiled, padding_mask=tf.repeat(mask, repeats, axis=0))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got_weights, want_weights, rtol=1e-5, atol=1e-6)
+    assert same is shared  # a fixed cache comes back unchanged
+    # The beams are explicit: rows that are not cache rows * beams are refused, not folded.
+    with pytest.raises(ValueError, match="beams"):
+        ours.call_cached(queries, shared, padding_mask=mask)
+    with pytest.raises(ValueError, match="beams"):
+        ours.call_cached(queries, shared, cache_index=0, beams=repeats)
 
 
 def test_matmul_last_is_one_2d_gemm_equal_to_broadcast_matmul():
