@@ -18,31 +18,37 @@ SOURCE_MASK = np.array([[True] * S, [True, True, True, False, False]])
 
 # --- the layer contract, one shared helper ----------------------------------------------
 
+SCORES = dict(variants=[dict(return_attention_scores=True)])
 CONTRACT_CASES = {
     "MultiHeadAttention": (layers.MultiHeadAttention, dict(num_heads=2), (X, MEMORY),
-                           dict(padding_mask=tf.constant(SOURCE_MASK))),
-    "PositionalEncoding": (layers.PositionalEncoding, {}, (X,), dict(has_weights=False)),
+                           dict(padding_mask=tf.constant(SOURCE_MASK)),
+                           dict(SCORES, keras_mask=(1, "padding_mask"))),
+    "MultiHeadAttention-restricted": (layers.MultiHeadAttention, dict(num_heads=2, window=1),
+                                      (X, X), {}, dict(SCORES, keras_mask=(1, "padding_mask"))),
+    "PositionalEncoding": (layers.PositionalEncoding, {}, (X,), {}, dict(has_weights=False)),
     "PositionalEncoding-learned": (layers.PositionalEncoding,
-                                   dict(kind="learned", max_positions=16), (X,), {}),
-    "PositionwiseFeedForward": (layers.PositionwiseFeedForward, dict(d_ff=16), (X,), {}),
-    "EncoderLayer": (layers.EncoderLayer, dict(d_model=D, num_heads=2, d_ff=16), (X,), {}),
+                                   dict(kind="learned", max_positions=16), (X,), {}, {}),
+    "PositionwiseFeedForward": (layers.PositionwiseFeedForward, dict(d_ff=16), (X,), {}, {}),
+    "EncoderLayer": (layers.EncoderLayer, dict(d_model=D, num_heads=2, d_ff=16), (X,), {},
+                     dict(SCORES, keras_mask=(0, "padding_mask"))),
     "EncoderLayer-prenorm": (layers.EncoderLayer,
-                             dict(d_model=D, num_heads=2, d_ff=16, norm_first=True), (X,), {}),
+                             dict(d_model=D, num_heads=2, d_ff=16, norm_first=True), (X,), {},
+                             dict(SCORES, keras_mask=(0, "padding_mask"))),
     "DecoderLayer": (layers.DecoderLayer, dict(d_model=D, num_heads=2, d_ff=16), (X, MEMORY),
-                     dict(memory_padding_mask=tf.constant(SOURCE_MASK))),
-    "Encoder": (layers.Encoder, dict(num_layers=2, d_model=D, num_heads=2, d_ff=16), (X,), {}),
+                     {}, dict(SCORES, keras_mask=(1, "memory_padding_mask"))),
+    "Encoder": (layers.Encoder, dict(num_layers=2, d_model=D, num_heads=2, d_ff=16), (X,), {},
+                dict(SCORES, keras_mask=(0, "padding_mask"))),
     "Decoder": (layers.Decoder, dict(num_layers=2, d_model=D, num_heads=2, d_ff=16,
-                                     norm_first=True), (X, MEMORY), {}),
+                                     norm_first=True), (X, MEMORY), {},
+                dict(SCORES, keras_mask=(1, "memory_padding_mask"))),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CONTRACT_CASES))
 def test_layer_contract(name):
-    cls, kwargs, inputs, call_kwargs = CONTRACT_CASES[name]
-    call_kwargs = dict(call_kwargs)
-    has_weights = call_kwargs.pop("has_weights", True)
+    cls, kwargs, inputs, call_kwargs, options = CONTRACT_CASES[name]
     run_layer_test(cls, kwargs, inputs, expected_shape=(B, T, D), call_kwargs=call_kwargs,
-                   has_weights=has_weights)
+                   **options)
 
 
 def test_shared_embedding_contract():
@@ -59,7 +65,7 @@ def test_shared_embedding_contract():
 
 @pytest.mark.parametrize("name", ["MultiHeadAttention", "DecoderLayer", "Encoder"])
 def test_built_inside_mirrored_strategy(name):
-    cls, kwargs, inputs, call_kwargs = CONTRACT_CASES[name]
+    cls, kwargs, inputs, call_kwargs, _ = CONTRACT_CASES[name]
     out = build_under_strategy(lambda: cls(**kwargs), inputs, strategy_over(2), call_kwargs)
     assert out.shape == (B, T, D)
 
