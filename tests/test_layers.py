@@ -276,3 +276,51 @@ def test_post_norm_and_pre_norm_differ_as_the_paper_says():
     np.testing.assert_allclose(out.var(-1), 1, atol=1e-3)
     pre = layers.EncoderLayer(d_model=D, num_heads=2, d_ff=16, dropout=0.0, norm_first=True)
     assert not np.allclose(pre(X).numpy().var(-1), 1, atol=1e-3)
+
+
+# --- Keras workflows (#12): masks, functional API, declared dtypes ------------------------
+
+def test_embedding_mask_zero_then_encoder_layer_equals_the_explicitly_masked_call():
+    ids = np.array([[5, 6, 7, 8, 9], [4, 3, 2, 0, 0]], "int32")
+    embedding = keras.layers.Embedding(20, D, mask_zero=True)
+    encoder = layers.EncoderLayer(d_model=D, num_heads=2, d_ff=16)
+    source = keras.Input(shape=(None,), dtype="int32")
+    model = keras.Model(source, encoder(embedding(source)))
+    want = encoder(embedding(ids), padding_mask=tf.constant(ids != 0))
+    np.testing.assert_allclose(model(ids).numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    unmasked = encoder(tf.convert_to_tensor(embedding.embeddings.numpy()[ids]))
+    assert not np.allclose(unmasked.numpy()[1, :3], want.numpy()[1, :3], atol=1e-3)
+
+
+def test_functional_model_with_attention_scores():
+    x = keras.Input(shape=(T, D))
+    memory = keras.Input(shape=(S, D))
+    out, weights = layers.MultiHeadAttention(num_heads=2)(x, memory, return_attention_scores=True)
+    decoded, decoder_weights = layers.Decoder(2, d_model=D, num_heads=2, d_ff=16)(
+        out, memory, return_attention_scores=True)
+    model = keras.Model([x, memory], [decoded, weights, decoder_weights[1]["cross"]])
+    got = model([X, MEMORY])
+    assert [tuple(t.shape) for t in got] == [(B, T, D), (B, 2, T, S), (B, 2, T, S)]
+    assert [t.dtype for t in model.outputs] == ["float32"] * 3
+
+
+def test_configs_hold_constructor_arguments_only():
+    mha, ffn = layers.MultiHeadAttention(num_heads=2), layers.PositionwiseFeedForward(d_ff=16)
+    before = mha.get_config(), ffn.get_config()
+    mha(X, X), ffn(X)
+    assert (mha.get_config(), ffn.get_config()) == before
+    assert before[0]["d_model"] is None and before[1]["d_model"] is None
+    # The old key of the position table size still loads.
+    old = {**layers.PositionalEncoding(kind="learned").get_config(), "max_length": 7}
+    del old["max_positions"]
+    assert layers.PositionalEncoding.from_config(old).max_positions == 7
+
+
+def test_encoder_and_decoder_share_one_stack_base_and_its_defaults():
+    enc = layers.Encoder(1, d_model=D, num_heads=2, d_ff=16)
+    dec = layers.Decoder(1, d_model=D, num_heads=2, d_ff=16, dropout=0.2)
+    assert isinstance(enc, layers.LayerStack) and isinstance(dec, layers.LayerStack)
+    assert enc.get_config()["dropout"] == 0.1 and dec.get_config()["dropout"] == 0.2
+    assert dec.layer_0.get_config()["dropout"] == 0.2
+    with pytest.raises(ValueError, match="num_layers.*0"):
+        layers.Encoder(0, d_model=D, num_heads=2, d_ff=16)

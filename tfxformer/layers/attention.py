@@ -68,6 +68,7 @@ class MultiHeadAttention(keras.layers.Layer):
         :meth:`call_cached`: always `(output, cache)`.
 
     Example:
+    >>> import tensorflow as tf
     >>> mha = MultiHeadAttention(num_heads=2)
     >>> x = tf.random.normal((3, 5, 8))
     >>> mha(x, x, padding_mask=tf.ones((3, 5), bool)).shape

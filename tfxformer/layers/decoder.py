@@ -41,6 +41,7 @@ class DecoderLayer(TransformerBlock):
         :meth:`call_cached`: always `(output, cache)`.
 
     Example:
+    >>> import tensorflow as tf
     >>> layer = DecoderLayer(d_model=8, num_heads=2, d_ff=16)
     >>> layer(tf.zeros((2, 3, 8)), tf.zeros((2, 5, 8))).shape
     TensorShape([2, 3, 8])
@@ -145,6 +146,7 @@ class Decoder(LayerStack):
         `return_attention_scores=True`. :meth:`call_cached`: always `(output, cache)`.
 
     Example:
+    >>> import tensorflow as tf
     >>> dec = Decoder(2, d_model=8, num_heads=2, d_ff=16)
     >>> dec(tf.zeros((2, 3, 8)), tf.zeros((2, 5, 8))).shape
     TensorShape([2, 3, 8])

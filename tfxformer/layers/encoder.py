@@ -35,6 +35,7 @@ class EncoderLayer(TransformerBlock):
         (B, S, D), or `(output, weights)` with `return_attention_scores=True`.
 
     Example:
+    >>> import tensorflow as tf
     >>> EncoderLayer(d_model=8, num_heads=2, d_ff=16)(tf.zeros((2, 3, 8))).shape
     TensorShape([2, 3, 8])
     """
@@ -88,6 +89,7 @@ class Encoder(LayerStack):
         (B, S, D), or `(output, [weights of each layer])` with `return_attention_scores`.
 
     Example:
+    >>> import tensorflow as tf
     >>> Encoder(2, d_model=8, num_heads=2, d_ff=16)(tf.zeros((2, 3, 8))).shape
     TensorShape([2, 3, 8])
     """

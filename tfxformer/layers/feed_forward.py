@@ -25,6 +25,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         (B, L, D).
 
     Example:
+    >>> import tensorflow as tf
     >>> PositionwiseFeedForward(d_ff=16)(tf.zeros((2, 3, 8))).shape
     TensorShape([2, 3, 8])
     """

@@ -52,6 +52,7 @@ class PositionalEncoding(keras.layers.Layer):
         (B, L, D) tensor of the inputs' dtype.
 
     Example:
+    >>> import tensorflow as tf
     >>> PositionalEncoding()(tf.zeros((1, 2, 4)))[0, 1].numpy().round(4)
     array([0.8415, 0.5403, 0.01  , 1.    ], dtype=float32)
     """

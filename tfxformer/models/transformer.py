@@ -50,6 +50,7 @@ class Transformer(keras.Model):
         the functional API).
 
     Example:
+    >>> import tensorflow as tf
     >>> model = Transformer.from_preset("tiny", vocab_size=100)
     >>> model((tf.constant([[5, 6, 7, 0]]), tf.constant([[1, 8]]))).shape
     TensorShape([1, 2, 100])
