@@ -178,7 +178,8 @@ def per_step(args, model, wrapped):
 
     @tf.function(jit_compile=args.xla, reduce_retracing=True)
     def step(tokens, cache, i):
-        logits, cache = wrapped.decode_step(tokens, mask, cache, i, append_cache=not static)
+        logits, cache = wrapped.decode_step(tokens, mask, cache, i, append_cache=not static,
+                                            beams=k)
         log_probs = tf.nn.log_softmax(tf.cast(logits[:, -1], tf.float32))
         vocab = tf.shape(log_probs)[-1]
         scores, index = tf.math.top_k(tf.reshape(log_probs, [batch, k * vocab]), 2 * k)

@@ -124,7 +124,7 @@ def patch_fused_topk():
         cache = [{"self": s, "cross": c} for s, c in zip(state["cache"], self.cross,
                                                           strict=True)]
         logits, cache = self.model.decode_step(tokens, self.source_mask, cache, i,
-                                               append_cache=not self.static_cache)
+                                               append_cache=not self.static_cache, beams=k)
         logits = tf.cast(logits[:, -1], tf.float32)  # (B*K, V)
         width = 2 * k + 2  # 2K legal candidates even if PAD and BOS are among the best
         top, ids = tf.math.top_k(logits, k=width)

@@ -1,6 +1,10 @@
 """The contract every public layer keeps, checked by one helper (keras-hub's
 `run_layer_test` idea): build, symbolic and eager call, output shape and dtype, graph
-(tf.function) call, one `fit` step, config and `.keras` round trip, MirroredStrategy."""
+(tf.function) call, one `fit` step, config and `.keras` round trip, MirroredStrategy; and
+the Keras workflows of issue #12: the symbolic (functional API) output has the eager
+output's structure, shapes and dtypes, in float32 and under mixed_bfloat16, for every call
+variant (e.g. `return_attention_scores=True`); and a Keras mask (keras.layers.Masking in
+front) is honoured like the explicit mask argument, and passed on."""
 
 from __future__ import annotations
 
@@ -26,14 +30,24 @@ class _Wrapper(keras.Model):
 
 
 def run_layer_test(cls, init_kwargs, inputs, expected_shape, call_kwargs=None,
-                   expected_dtype="float32", has_weights=True):
+                   expected_dtype="float32", has_weights=True, variants=(), keras_mask=None):
     """Runs the layer contract for `cls(**init_kwargs)` called on `inputs` (a tuple of arrays).
 
     `inputs[0]` and the output are compared in shape; `call_kwargs` (masks, ...) are fixed
     keyword arguments of every call. A layer without weights skips the `fit` step.
+    `variants`: more call keyword arguments (added to `call_kwargs`) whose outputs may be
+    structures, e.g. `{"return_attention_scores": True}`. `keras_mask=(i, name)`: a Keras
+    mask on `inputs[i]` must act as the explicit mask argument `name` (None: the layer
+    is position-wise and must only pass the mask of `inputs[0]` on).
     """
     call_kwargs = call_kwargs or {}
     inputs = tuple(tf.convert_to_tensor(x) for x in inputs)
+    for variant in ({},) + tuple(variants):
+        for policy in ("float32", "mixed_bfloat16"):
+            check_symbolic_matches_eager(cls, init_kwargs, inputs, {**call_kwargs, **variant},
+                                         policy)
+    if inputs[0].dtype.is_floating:
+        check_keras_mask(cls, init_kwargs, inputs, call_kwargs, keras_mask)
     layer = cls(**init_kwargs)
 
     # Eager call builds the layer.
@@ -81,6 +95,56 @@ def run_layer_test(cls, init_kwargs, inputs, expected_shape, call_kwargs=None,
     if has_weights:
         _fit_one_step(cls(**init_kwargs), inputs, call_kwargs)
     return layer, out
+
+
+def _spec(out):
+    """The structure of `out` with (shape without batch, dtype) at the leaves."""
+    return keras.tree.map_structure(
+        lambda t: (tuple(t.shape[1:]), keras.backend.standardize_dtype(t.dtype)), out)
+
+
+def check_symbolic_matches_eager(cls, init_kwargs, inputs, call_kwargs, policy):
+    """The functional API gets the eager call's structure, shapes and dtypes (the declared
+    dtype is the real one under mixed precision), and a functional model computes it."""
+    layer = cls(**init_kwargs, dtype=policy)
+    eager = layer(*inputs, **call_kwargs)
+    symbolic_inputs = [keras.Input(shape=x.shape[1:], dtype=x.dtype.name) for x in inputs]
+    symbolic = layer(*symbolic_inputs, **call_kwargs)
+    assert _spec(symbolic) == _spec(eager), (policy, _spec(symbolic), _spec(eager))
+    model = keras.Model(symbolic_inputs, symbolic)
+    functional = model(list(inputs))
+    keras.tree.map_structure(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a, "float32"),
+                                                np.asarray(b, "float32"), rtol=1e-5, atol=1e-5),
+        keras.tree.map_structure(lambda t: t.numpy(), functional),
+        keras.tree.map_structure(lambda t: t.numpy(), eager))
+
+
+def check_keras_mask(cls, init_kwargs, inputs, call_kwargs, keras_mask):
+    """keras.layers.Masking in front (eager and functional) acts as the explicit mask."""
+    lengths = [x.shape[1] for x in inputs]
+    index, name = keras_mask if keras_mask else (0, None)
+    real = np.ones((inputs[index].shape[0], lengths[index]), bool)
+    real[-1, lengths[index] // 2:] = False  # the last row is padded from half its length
+    padded = list(inputs)
+    padded[index] = inputs[index] * real[..., None].astype(inputs[index].dtype.name)
+    layer = cls(**init_kwargs)
+    explicit = dict(call_kwargs, **({name: tf.constant(real)} if name else {}))
+    want = _first(layer(*padded, **explicit)).numpy()
+    call_kwargs = {k: v for k, v in call_kwargs.items() if k != name}  # the Keras mask's job
+
+    masking = keras.layers.Masking()
+    eager = layer(*[masking(x) if i == index else x for i, x in enumerate(padded)],
+                  **call_kwargs)
+    np.testing.assert_allclose(_first(eager).numpy(), want, rtol=1e-5, atol=1e-5)
+    if index == 0:  # the output carries the input's mask on
+        np.testing.assert_array_equal(getattr(_first(eager), "_keras_mask", None), real)
+
+    symbolic_inputs = [keras.Input(shape=x.shape[1:], dtype=x.dtype.name) for x in inputs]
+    masked = [keras.layers.Masking()(x) if i == index else x
+              for i, x in enumerate(symbolic_inputs)]
+    model = keras.Model(symbolic_inputs, _first(layer(*masked, **call_kwargs)))
+    np.testing.assert_allclose(model(padded).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
 def _fit_one_step(layer, inputs, call_kwargs):

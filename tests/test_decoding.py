@@ -37,7 +37,7 @@ class BigramStub:
                 probs[prev, token] = p
         probs /= probs.sum(axis=1, keepdims=True)
         self.log_probs = tf.constant(np.log(probs), tf.float32)
-        self.model_config = {"max_length": max_length}
+        self.model_config = {"max_positions": max_length}
         self.steps = 0  # decode_step calls (counted in eager mode)
 
     def encode(self, source_ids):
@@ -49,7 +49,7 @@ class BigramStub:
         return [{"self": {"key": zeros, "value": zeros},
                  "cross": {"key": memory[:, None], "value": memory[:, None]}}]
 
-    def decode_step(self, ids, source_mask, cache, cache_index, append_cache=False):
+    def decode_step(self, ids, source_mask, cache, cache_index, append_cache=False, beams=1):
         self.steps += 1
         return tf.gather(self.log_probs, ids[:, -1])[:, None, :], cache
 

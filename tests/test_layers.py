@@ -18,31 +18,37 @@ SOURCE_MASK = np.array([[True] * S, [True, True, True, False, False]])
 
 # --- the layer contract, one shared helper ----------------------------------------------
 
+SCORES = dict(variants=[dict(return_attention_scores=True)])
 CONTRACT_CASES = {
     "MultiHeadAttention": (layers.MultiHeadAttention, dict(num_heads=2), (X, MEMORY),
-                           dict(padding_mask=tf.constant(SOURCE_MASK))),
-    "PositionalEncoding": (layers.PositionalEncoding, {}, (X,), dict(has_weights=False)),
-    "PositionalEncoding-learned": (layers.PositionalEncoding, dict(kind="learned", max_length=16),
-                                   (X,), {}),
-    "PositionwiseFeedForward": (layers.PositionwiseFeedForward, dict(d_ff=16), (X,), {}),
-    "EncoderLayer": (layers.EncoderLayer, dict(d_model=D, num_heads=2, d_ff=16), (X,), {}),
+                           dict(padding_mask=tf.constant(SOURCE_MASK)),
+                           dict(SCORES, keras_mask=(1, "padding_mask"))),
+    "MultiHeadAttention-restricted": (layers.MultiHeadAttention, dict(num_heads=2, window=1),
+                                      (X, X), {}, dict(SCORES, keras_mask=(1, "padding_mask"))),
+    "PositionalEncoding": (layers.PositionalEncoding, {}, (X,), {}, dict(has_weights=False)),
+    "PositionalEncoding-learned": (layers.PositionalEncoding,
+                                   dict(kind="learned", max_positions=16), (X,), {}, {}),
+    "PositionwiseFeedForward": (layers.PositionwiseFeedForward, dict(d_ff=16), (X,), {}, {}),
+    "EncoderLayer": (layers.EncoderLayer, dict(d_model=D, num_heads=2, d_ff=16), (X,), {},
+                     dict(SCORES, keras_mask=(0, "padding_mask"))),
     "EncoderLayer-prenorm": (layers.EncoderLayer,
-                             dict(d_model=D, num_heads=2, d_ff=16, norm_first=True), (X,), {}),
+                             dict(d_model=D, num_heads=2, d_ff=16, norm_first=True), (X,), {},
+                             dict(SCORES, keras_mask=(0, "padding_mask"))),
     "DecoderLayer": (layers.DecoderLayer, dict(d_model=D, num_heads=2, d_ff=16), (X, MEMORY),
-                     dict(memory_padding_mask=tf.constant(SOURCE_MASK))),
-    "Encoder": (layers.Encoder, dict(num_layers=2, d_model=D, num_heads=2, d_ff=16), (X,), {}),
+                     {}, dict(SCORES, keras_mask=(1, "memory_padding_mask"))),
+    "Encoder": (layers.Encoder, dict(num_layers=2, d_model=D, num_heads=2, d_ff=16), (X,), {},
+                dict(SCORES, keras_mask=(0, "padding_mask"))),
     "Decoder": (layers.Decoder, dict(num_layers=2, d_model=D, num_heads=2, d_ff=16,
-                                     norm_first=True), (X, MEMORY), {}),
+                                     norm_first=True), (X, MEMORY), {},
+                dict(SCORES, keras_mask=(1, "memory_padding_mask"))),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CONTRACT_CASES))
 def test_layer_contract(name):
-    cls, kwargs, inputs, call_kwargs = CONTRACT_CASES[name]
-    call_kwargs = dict(call_kwargs)
-    has_weights = call_kwargs.pop("has_weights", True)
+    cls, kwargs, inputs, call_kwargs, options = CONTRACT_CASES[name]
     run_layer_test(cls, kwargs, inputs, expected_shape=(B, T, D), call_kwargs=call_kwargs,
-                   has_weights=has_weights)
+                   **options)
 
 
 def test_shared_embedding_contract():
@@ -59,7 +65,7 @@ def test_shared_embedding_contract():
 
 @pytest.mark.parametrize("name", ["MultiHeadAttention", "DecoderLayer", "Encoder"])
 def test_built_inside_mirrored_strategy(name):
-    cls, kwargs, inputs, call_kwargs = CONTRACT_CASES[name]
+    cls, kwargs, inputs, call_kwargs, _ = CONTRACT_CASES[name]
     out = build_under_strategy(lambda: cls(**kwargs), inputs, strategy_over(2), call_kwargs)
     assert out.shape == (B, T, D)
 
@@ -164,8 +170,7 @@ def test_attention_cache_equals_full_self_attention():
     rows = []
     for t in range(T):
         visible = (tf.range(T) <= t)[None, None, :]
-        row, cache = ours(X[:, t:t + 1], X[:, t:t + 1], attention_mask=visible, cache=cache,
-                          cache_index=t)
+        row, cache = ours.call_cached(X[:, t:t + 1], cache, t, attention_mask=visible)
         rows.append(row.numpy())
     np.testing.assert_allclose(np.concatenate(rows, 1), full, rtol=1e-5, atol=1e-6)
 
@@ -176,8 +181,7 @@ def test_growing_attention_cache_equals_full_self_attention():
     cache = {"key": tf.zeros((B, 2, 0, D // 2)), "value": tf.zeros((B, 2, 0, D // 2))}
     rows = []
     for t in range(T):
-        row, cache = ours(X[:, t:t + 1], X[:, t:t + 1], cache=cache, cache_index=t,
-                          append_cache=True)
+        row, cache = ours.call_cached(X[:, t:t + 1], cache, t, append_cache=True)
         assert cache["key"].shape[2] == t + 1
         rows.append(row.numpy())
     np.testing.assert_allclose(np.concatenate(rows, 1), full, rtol=1e-5, atol=1e-6)
@@ -193,12 +197,15 @@ def test_cross_attention_cache_serves_several_query_rows_per_memory_row():
     ours(queries[:B], memory)  # build
     shared = ours.project_key_value(memory)
     tiled = tf.nest.map_structure(lambda t: tf.repeat(t, repeats, axis=0), shared)
-    got, got_weights, _ = ours(queries, None, padding_mask=mask, cache=shared,
-                               return_attention_scores=True)
-    want, want_weights, _ = ours(queries, None, padding_mask=tf.repeat(mask, repeats, axis=0),
-                                 cache=tiled, return_attention_scores=True)
+    got, same = ours.call_cached(queries, shared, padding_mask=mask, beams=repeats)
+    want, _ = ours.call_cached(queries, tiled, padding_mask=tf.repeat(mask, repeats, axis=0))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got_weights, want_weights, rtol=1e-5, atol=1e-6)
+    assert same is shared  # a fixed cache comes back unchanged
+    # The beams are explicit: rows that are not cache rows * beams are refused, not folded.
+    with pytest.raises(ValueError, match="beams"):
+        ours.call_cached(queries, shared, padding_mask=mask)
+    with pytest.raises(ValueError, match="beams"):
+        ours.call_cached(queries, shared, cache_index=0, beams=repeats)
 
 
 def test_matmul_last_is_one_2d_gemm_equal_to_broadcast_matmul():
@@ -269,3 +276,51 @@ def test_post_norm_and_pre_norm_differ_as_the_paper_says():
     np.testing.assert_allclose(out.var(-1), 1, atol=1e-3)
     pre = layers.EncoderLayer(d_model=D, num_heads=2, d_ff=16, dropout=0.0, norm_first=True)
     assert not np.allclose(pre(X).numpy().var(-1), 1, atol=1e-3)
+
+
+# --- Keras workflows (#12): masks, functional API, declared dtypes ------------------------
+
+def test_embedding_mask_zero_then_encoder_layer_equals_the_explicitly_masked_call():
+    ids = np.array([[5, 6, 7, 8, 9], [4, 3, 2, 0, 0]], "int32")
+    embedding = keras.layers.Embedding(20, D, mask_zero=True)
+    encoder = layers.EncoderLayer(d_model=D, num_heads=2, d_ff=16)
+    source = keras.Input(shape=(None,), dtype="int32")
+    model = keras.Model(source, encoder(embedding(source)))
+    want = encoder(embedding(ids), padding_mask=tf.constant(ids != 0))
+    np.testing.assert_allclose(model(ids).numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    unmasked = encoder(tf.convert_to_tensor(embedding.embeddings.numpy()[ids]))
+    assert not np.allclose(unmasked.numpy()[1, :3], want.numpy()[1, :3], atol=1e-3)
+
+
+def test_functional_model_with_attention_scores():
+    x = keras.Input(shape=(T, D))
+    memory = keras.Input(shape=(S, D))
+    out, weights = layers.MultiHeadAttention(num_heads=2)(x, memory, return_attention_scores=True)
+    decoded, decoder_weights = layers.Decoder(2, d_model=D, num_heads=2, d_ff=16)(
+        out, memory, return_attention_scores=True)
+    model = keras.Model([x, memory], [decoded, weights, decoder_weights[1]["cross"]])
+    got = model([X, MEMORY])
+    assert [tuple(t.shape) for t in got] == [(B, T, D), (B, 2, T, S), (B, 2, T, S)]
+    assert [t.dtype for t in model.outputs] == ["float32"] * 3
+
+
+def test_configs_hold_constructor_arguments_only():
+    mha, ffn = layers.MultiHeadAttention(num_heads=2), layers.PositionwiseFeedForward(d_ff=16)
+    before = mha.get_config(), ffn.get_config()
+    mha(X, X), ffn(X)
+    assert (mha.get_config(), ffn.get_config()) == before
+    assert before[0]["d_model"] is None and before[1]["d_model"] is None
+    # The old key of the position table size still loads.
+    old = {**layers.PositionalEncoding(kind="learned").get_config(), "max_length": 7}
+    del old["max_positions"]
+    assert layers.PositionalEncoding.from_config(old).max_positions == 7
+
+
+def test_encoder_and_decoder_share_one_stack_base_and_its_defaults():
+    enc = layers.Encoder(1, d_model=D, num_heads=2, d_ff=16)
+    dec = layers.Decoder(1, d_model=D, num_heads=2, d_ff=16, dropout=0.2)
+    assert isinstance(enc, layers.LayerStack) and isinstance(dec, layers.LayerStack)
+    assert enc.get_config()["dropout"] == 0.1 and dec.get_config()["dropout"] == 0.2
+    assert dec.layer_0.get_config()["dropout"] == 0.2
+    with pytest.raises(ValueError, match="num_layers.*0"):
+        layers.Encoder(0, d_model=D, num_heads=2, d_ff=16)

@@ -137,7 +137,7 @@ def test_export_layout_versions_and_assets(translator, export_dir):
         assert f.read() == translator.sentencepiece_model
     with open(os.path.join(version, "assets", "config.json"), encoding="utf-8") as f:
         config = json.load(f)
-    assert config["src"] == "en" and config["model"]["max_length"] == MAX_LENGTH
+    assert config["src"] == "en" and config["model"]["max_positions"] == MAX_LENGTH
     assert config["decoding"]["beam_size"] == 3 and config["decoding"]["extra_length"] == 4
     os.makedirs(os.path.join(export_dir, "7"))
     try:

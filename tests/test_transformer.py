@@ -1,6 +1,8 @@
 """tfxformer.Transformer (§3, Figure 1): presets, causality, padding, cache, saving, fit."""
 
+import json
 import os
+import tempfile
 
 import keras
 import numpy as np
@@ -73,7 +75,7 @@ def test_appending_source_padding_changes_nothing(norm_first):
 
 @pytest.mark.parametrize("position_embedding", ["sinusoidal", "learned"])
 def test_cached_step_by_step_logits_equal_teacher_forced(position_embedding):
-    model = _tiny(position_embedding=position_embedding, max_length=32)
+    model = _tiny(position_embedding=position_embedding, max_positions=32)
     memory, source_mask = model.encode(SOURCE)
     teacher_forced = model.decode(TARGET, memory, source_mask).numpy()
 
@@ -97,7 +99,7 @@ def test_shared_embedding_is_the_output_projection():
 
 
 def test_config_round_trip_and_keras_file(tmp_path):
-    model = _tiny(norm_first=True, position_embedding="learned", max_length=16)
+    model = _tiny(norm_first=True, position_embedding="learned", max_positions=16)
     logits = model((SOURCE, TARGET)).numpy()
     config = model.get_config()
     assert Transformer.from_config(config).get_config() == config
@@ -144,3 +146,64 @@ def test_mixed_precision_keeps_logits_float32(policy):
     memory, _ = model.encode(SOURCE)
     assert memory.dtype == keras.mixed_precision.global_policy().compute_dtype
     assert all(w.dtype == "float32" for w in model.weights)  # float32 master weights
+
+
+def test_decode_step_always_returns_logits_and_cache_and_beams_share_the_memory():
+    model = _tiny()
+    memory, source_mask = model.encode(SOURCE)
+    beams = 3
+    ids = np.array([[2], [11], [12], [2], [15], [16]], "int32")  # (B * beams, 1)
+    shared = model.init_cache(memory, max_length=4, batch_size=2 * beams)
+    out = model.decode_step(ids, source_mask, shared, 0, beams=beams)
+    assert isinstance(out, tuple) and len(out) == 2
+    logits, cache = out
+    assert logits.shape == (2 * beams, 1, VOCAB) and logits.dtype == tf.float32
+    tiled_memory = tf.repeat(memory, beams, axis=0)
+    tiled = model.init_cache(tiled_memory, max_length=4)
+    want, _ = model.decode_step(ids, tf.repeat(source_mask, beams, axis=0), tiled, 0)
+    np.testing.assert_allclose(logits.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+    assert cache[0]["cross"]["key"].shape[0] == 2  # the memory stays one row per sentence
+    with pytest.raises(ValueError, match="beams"):  # no silent folding of the beams
+        model.decode_step(ids, source_mask, shared, 0)
+
+
+def test_mixed_precision_functional_model_declares_the_real_dtype():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    model = _tiny()
+    source = keras.Input(shape=(None,), dtype="int32")
+    target = keras.Input(shape=(None,), dtype="int32")
+    logits = model((source, target))
+    assert logits.dtype == "float32" and tuple(logits.shape) == (None, None, VOCAB)
+    functional = keras.Model([source, target], keras.layers.Softmax()(logits))
+    assert functional((SOURCE, TARGET)).dtype == functional.outputs[0].dtype
+
+
+def test_old_name_max_length_still_builds_the_model():
+    config = _tiny(max_positions=40).get_config()
+    assert config["max_positions"] == 40 and "max_length" not in config
+    old = {**config, "max_length": 40}
+    del old["max_positions"]
+    assert Transformer.from_config(old).model_config["max_positions"] == 40
+    assert Transformer(vocab_size=VOCAB, max_length=48).model_config["max_positions"] == 48
+    assert tfxformer.get_preset("tiny", max_length=24)["max_positions"] == 24
+    with pytest.raises(ValueError, match="max_positions.*max_length.*not both"):
+        Transformer.from_config({**config, "max_length": 40})
+
+
+def test_checkpoint_written_by_the_old_layer_layout_restores():
+    """tests/data/old_checkpoint was written with tf.train.Checkpoint(model=model) by the
+    layers before #11 (fixed-return calls, one stack base); same variables, same logits."""
+    folder = os.path.join(os.path.dirname(__file__), "data", "old_checkpoint")
+    with open(os.path.join(folder, "expected.json"), encoding="utf-8") as f:
+        expected = json.load(f)
+    model = Transformer.from_config(expected["model"])  # holds the old key max_length
+    model.build()
+    checkpoint = tf.train.Checkpoint(model=model)
+    path = os.path.join(folder, "ckpt")
+    checkpoint.read(path).expect_partial().assert_existing_objects_matched()
+    logits = model((np.array(expected["source"], "int32"), np.array(expected["target"], "int32")))
+    np.testing.assert_allclose(logits.numpy(), expected["logits"], atol=1e-5)
+    with tempfile.TemporaryDirectory() as tmp:
+        written = checkpoint.write(os.path.join(tmp, "ckpt"))
+        keys = sorted(name for name, _ in tf.train.list_variables(written))
+    assert keys == expected["checkpoint_keys"]

@@ -25,6 +25,8 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
+from tfxformer.config import renamed_model_arguments
+
 log = logging.getLogger("tfxformer")
 
 CHECKPOINTS, AVERAGED = "checkpoints", "averaged"
@@ -269,6 +271,8 @@ def check_compatible(path: str, record: dict) -> None:
     if not isinstance(existing, dict):
         raise ValueError(f"{path} holds a JSON {type(existing).__name__}, not the object "
                          "written by training. Restore it, or use a new --model-dir.")
+    if isinstance(existing.get("model"), dict):  # written before a model argument's rename
+        existing["model"] = renamed_model_arguments(existing["model"])
     diffs = []
     for key in MODEL_KEYS_THAT_MUST_MATCH:
         if key not in existing and key == "vocabulary_sha256":

@@ -27,37 +27,54 @@ PRESETS: dict[str, dict] = {
 PRECISION_POLICIES: dict[str, str] = {
     "fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
-# Every architecture argument of Transformer, with its default (the paper's base model).
-MODEL_DEFAULTS: dict = dict(
-    num_layers=6,
-    d_model=512,
-    num_heads=8,
-    d_ff=2048,
-    dropout=0.1,
-    attention_dropout=0.0,
-    activation_dropout=0.0,
-    norm_first=False,
-    position_embedding="sinusoidal",
-    max_length=1024,
-    layer_norm_epsilon=1e-6,
-)
+# Old names of model arguments -> their names now (#11: one meaning per name). Configs
+# written before (run directories, SavedModel assets, .keras files) still load.
+RENAMED_ARGUMENTS: dict[str, str] = {"max_length": "max_positions"}
+
+
+def model_defaults() -> dict:
+    """Every architecture argument of Transformer but vocab_size, with its default (the
+    paper's base model). Read from the constructors, where each default is written once."""
+    from tfxformer.models.transformer import Transformer  # models import this module
+
+    return Transformer.defaults()
+
+
+def renamed_model_arguments(arguments: dict) -> dict:
+    """`arguments` with old argument names (RENAMED_ARGUMENTS) replaced by today's.
+
+    Raises:
+        ValueError: an argument is given under both its old and its new name.
+    """
+    arguments = dict(arguments)
+    for old, new in RENAMED_ARGUMENTS.items():
+        if old in arguments:
+            if new in arguments:
+                raise ValueError(f"Give `{new}` or its old name `{old}`, not both (got "
+                                 f"{new}={arguments[new]!r}, {old}={arguments[old]!r}).")
+            arguments[new] = arguments.pop(old)
+    return arguments
 
 
 def get_preset(name: str, **overrides) -> dict:
     """Returns the full model keyword arguments of preset `name`, with `overrides` applied.
+
+    Overrides may use an argument's old name (RENAMED_ARGUMENTS, e.g. `max_length`).
 
     Raises:
         ValueError: `name` is not a preset, or an override names no model argument.
     """
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}; accepted presets: {sorted(PRESETS)}.")
-    unknown = sorted(set(overrides) - set(MODEL_DEFAULTS) - {"vocab_size"})
+    overrides = renamed_model_arguments(overrides)
+    defaults = model_defaults()
+    unknown = sorted(set(overrides) - set(defaults) - {"vocab_size"})
     if unknown:
         raise ValueError(
             f"Unknown model argument(s) {unknown} for preset {name!r}; "
-            f"accepted: {sorted(MODEL_DEFAULTS) + ['vocab_size']}."
+            f"accepted: {sorted(defaults) + ['vocab_size']}."
         )
-    config = copy.deepcopy(MODEL_DEFAULTS)
+    config = copy.deepcopy(defaults)
     config.update(PRESETS[name])
     config.update(overrides)
     return config

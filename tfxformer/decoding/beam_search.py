@@ -203,7 +203,7 @@ class _Search:
         tokens = tf.reshape(alive_seq[:, :, i], [-1, 1])  # (B*K, 1), the last token only
         cache = [{"self": s, "cross": c} for s, c in zip(state["cache"], self.cross, strict=True)]
         logits, cache = self.model.decode_step(tokens, self.source_mask, cache, i,
-                                               append_cache=not self.static_cache)
+                                               append_cache=not self.static_cache, beams=k)
         log_probs = next_token_log_probs(logits[:, -1])  # (B*K, V) float32
         vocab = tf.shape(log_probs)[-1]
         batch = tf.shape(alive_seq)[0]

@@ -47,8 +47,8 @@ def check_nonnegative_int(value, name):
 
 
 def position_cap(model, max_length=None):
-    """Largest number of decoder positions: the model's `max_length`, or less if asked."""
-    cap = int(model.model_config["max_length"])
+    """Largest number of decoder positions: the model's `max_positions`, or less if asked."""
+    cap = int(model.model_config["max_positions"])
     if max_length is not None:
         if int(max_length) < 1:
             raise ValueError(f"`max_length` must be a positive integer, got {max_length!r}.")

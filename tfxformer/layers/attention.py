@@ -47,40 +47,35 @@ class MultiHeadAttention(keras.layers.Layer):
         window: r for restricted self-attention (§4, Table 1: "considering only a
             neighborhood of size r in the input sequence centered around the respective
             output position"): query i attends keys j with |i - j| <= r (query t at
-            position cache_index + t when decoding with a cache). None = full attention.
-            Without a cache, mask or returned weights it runs in O(r·n·d): the sequence is
-            cut into blocks of r queries, each scoring only its 3r neighbouring keys.
+            position cache_index + t in :meth:`call_cached`). None = full attention.
+            Without an attention mask or returned weights it runs in O(r·n·d): the
+            sequence is cut into blocks of r queries, each scoring only its 3r keys.
 
-    Call arguments:
+    Call arguments (`call`, teacher forcing; keras.layers.MultiHeadAttention's convention):
         query: (B, T, D).
         value: (B, S, D); keys and values are projected from it (and from `key` if given).
         key: optional (B, S, D), defaults to `value`.
-        padding_mask: optional (B, S) bool, True for real key positions.
+        padding_mask: optional (B, S) bool, True for real key positions. When None, the
+            Keras masks of `value` and `key` are used (`keras.layers.Embedding(
+            mask_zero=True)`, `keras.layers.Masking`); the query's Keras mask is passed on
+            to the output.
         attention_mask: optional (B or 1, T or 1, S) bool, True where query t may attend
             key s (e.g. a causal mask).
-        cache: optional dict {"key": (B, H, L, K), "value": (B, H, L, K)} of projected
-            keys and values. With `cache_index` (a scalar) the keys/values projected from
-            `value` are written into the cache at positions [cache_index, cache_index + S)
-            and attention runs over all L cached positions (incremental self-attention;
-            mask the unwritten ones); with `append_cache=True` they are appended instead
-            (a cache that grows by S positions per call, L = cache_index so far). Without
-            `cache_index` the cache is used as is and `value` is ignored (cross-attention
-            over a precomputed memory); the query batch may then be a multiple R of the
-            cache's (R consecutive query rows per cache row, e.g. the beams of a
-            sentence), and `padding_mask` has the cache's batch.
-        append_cache: grow the cache by concatenation rather than writing into its
-            fixed slots (cheaper without XLA; XLA needs the fixed-size cache).
-        return_attention_scores: also return the (B, H, T, S) attention weights.
+        return_attention_scores: also return the (B, H, T, S) float32 attention weights.
 
     Returns:
-        (B, T, D) output; then the weights if `return_attention_scores`; then the new
-        cache if `cache` was given (as a tuple when more than one is returned).
+        `call`: (B, T, D), or `(output, weights)` with `return_attention_scores=True`.
+        :meth:`call_cached`: always `(output, cache)`.
 
     Example:
+    >>> import tensorflow as tf
     >>> mha = MultiHeadAttention(num_heads=2)
     >>> x = tf.random.normal((3, 5, 8))
     >>> mha(x, x, padding_mask=tf.ones((3, 5), bool)).shape
     TensorShape([3, 5, 8])
+    >>> out, weights = mha(x, x, return_attention_scores=True)
+    >>> weights.shape
+    TensorShape([3, 2, 5, 5])
     """
 
     def __init__(self, num_heads, d_model=None, dropout=0.0, use_bias=True, window=None,
@@ -94,26 +89,26 @@ class MultiHeadAttention(keras.layers.Layer):
                              f"None, got {window!r}.")
         self.window = None if window is None else int(window)
         self.num_heads = int(num_heads)
-        self.d_model = None if d_model is None else int(d_model)
+        self.d_model = None if d_model is None else int(d_model)  # the argument, as given
         self.dropout = float(dropout)
         self.use_bias = bool(use_bias)
         self.attention_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def build(self, query_shape, value_shape=None, key_shape=None):
-        d_model = self.d_model or int(query_shape[-1])
-        if d_model % self.num_heads:
+        width = self.d_model or int(query_shape[-1])
+        if width % self.num_heads:
             raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={self.num_heads}."
+                f"d_model={width} is not divisible by num_heads={self.num_heads}."
             )
-        self.d_model = d_model
-        self.head_dim = d_model // self.num_heads
+        self.width = width  # D in use (the config keeps the argument, None = inferred)
+        self.head_dim = width // self.num_heads
         init = keras.initializers.GlorotUniform()
         for name in ("query", "key", "value", "output"):
             setattr(self, f"{name}_kernel", self.add_weight(
-                name=f"{name}_kernel", shape=(d_model, d_model), initializer=init))
+                name=f"{name}_kernel", shape=(width, width), initializer=init))
             if self.use_bias:
                 setattr(self, f"{name}_bias", self.add_weight(
-                    name=f"{name}_bias", shape=(d_model,), initializer="zeros"))
+                    name=f"{name}_bias", shape=(width,), initializer="zeros"))
         self.built = True
 
     def _project(self, x, name):
@@ -127,6 +122,10 @@ class MultiHeadAttention(keras.layers.Layer):
         x = tf.reshape(x, [shape[0], shape[1], self.num_heads, self.head_dim])
         return tf.transpose(x, [0, 2, 1, 3])
 
+    def _queries(self, query):  # (B, T, D) -> (B, H, T, K), scaled by 1 / sqrt(d_k)
+        q = self._split_heads(self._project(query, "query"))
+        return q * tf.cast(self.head_dim ** -0.5, q.dtype)
+
     def project_key_value(self, value, key=None):
         """Projects a memory once into the {"key", "value"} cache used by cross-attention."""
         key = value if key is None else key
@@ -136,69 +135,105 @@ class MultiHeadAttention(keras.layers.Layer):
         }
 
     def call(self, query, value, key=None, padding_mask=None, attention_mask=None,
-             cache=None, cache_index=None, append_cache=False, return_attention_scores=False,
-             training=None):
+             return_attention_scores=False, training=None, query_mask=None, value_mask=None,
+             key_mask=None):
+        del query_mask  # passed on to the output by `compute_mask`, as Keras does
+        if padding_mask is None:
+            padding_mask = _and(_as_bool(value_mask), None if key is None or key is value
+                                else _as_bool(key_mask))
         padding_mask = _validate_mask(padding_mask, "padding_mask", 2, "(B, S)")
         attention_mask = _validate_mask(attention_mask, "attention_mask", 3, "(B, T, S)")
-        query_shape = tf.shape(query)
         if self.window is not None:
-            if cache is None and attention_mask is None and not return_attention_scores:
+            if attention_mask is None and not return_attention_scores:
                 return self._restricted_blocked(query, value, key, padding_mask, training)
-            attention_mask = _and(attention_mask, self._band(query_shape[1], value, cache,
-                                                             cache_index, append_cache))
-        q = self._project(query, "query")
-        # A fixed cache (cross-attention memory) may serve R query rows per cache row (the
-        # beams of a sentence): fold them into the query axis, (B*R, T, D) -> (B, R*T, D),
-        # so the memory is multiplied once per sentence, not once per beam.
-        fold = cache is not None and cache_index is None and attention_mask is None
-        if fold:
-            q = tf.reshape(q, [tf.shape(cache["key"])[0], -1, self.d_model])
-        q = self._split_heads(q)  # (B, H, T, K)
-        q = q * tf.cast(self.head_dim ** -0.5, q.dtype)
-        if cache is None:
-            kv = self.project_key_value(value, key)
-        elif cache_index is None:
+            attention_mask = _and(attention_mask, self._band(tf.shape(query)[1],
+                                                             tf.shape(value)[1], 0))
+        output, weights = self._attend(self._queries(query), self.project_key_value(value, key),
+                                       _combine(padding_mask, attention_mask), tf.shape(query),
+                                       training)
+        return (output, weights) if return_attention_scores else output
+
+    def call_cached(self, query, cache, cache_index=None, value=None, padding_mask=None,
+                    attention_mask=None, append_cache=False, beams=1, training=None):
+        """Attention over a key/value cache (incremental decoding); returns `(output, cache)`.
+
+        Args:
+            query: (N, T, D).
+            cache: {"key": (B, H, L, K), "value": (B, H, L, K)} projected keys and values.
+            cache_index: with a scalar position, the keys/values projected from `value`
+                (default `query`: self-attention) are written into the cache at
+                [cache_index, cache_index + T) (appended with `append_cache=True`: a cache
+                that grows by T positions a call) and attention runs over all L positions
+                (mask the unwritten ones). With None the cache is used as is and returned
+                unchanged (cross-attention over a memory projected once by
+                :meth:`project_key_value`), as keras-hub's CachedMultiHeadAttention.
+            padding_mask: optional (B, S) bool, with the cache's batch.
+            attention_mask: optional (N, T, L) bool.
+            beams: query rows per cache row with a fixed cache, N = B * beams: row
+                b * beams + k is hypothesis k of sentence b, and the memory is multiplied
+                once per sentence, not once per beam. 1 (default) for N = B.
+        """
+        query = tf.cast(query, self.compute_dtype)  # as __call__ would (this is a method)
+        value = None if value is None else tf.cast(value, self.compute_dtype)
+        if not self.built:
+            self.build(query.shape)
+        padding_mask = _validate_mask(padding_mask, "padding_mask", 2, "(B, S)")
+        attention_mask = _validate_mask(attention_mask, "attention_mask", 3, "(N, T, L)")
+        shape = tf.shape(query)
+        fixed = cache_index is None
+        if tf.is_tensor(beams):
+            folded = True  # a scalar tensor (a traced beam size): fold; 1 folds to itself
+        elif isinstance(beams, bool) or not isinstance(beams, int) or beams < 1:
+            raise ValueError(f"`beams` must be an integer >= 1 (or a scalar int tensor), "
+                             f"got {beams!r}.")
+        else:
+            folded = beams != 1
+        if fixed and value is not None:
+            raise ValueError("`value` is ignored with a fixed cache (cache_index=None): the "
+                             "cache is the projected memory; pass value=None.")
+        if folded and not fixed:
+            raise ValueError(f"`beams={beams}` shares a fixed (cross-attention) cache; a "
+                             "written cache (cache_index given) has one row per query row.")
+        if folded and (attention_mask is not None or self.window is not None):
+            raise ValueError(f"`beams={beams}` folds the beams into the query axis, which "
+                             "an `attention_mask` or a `window` would not follow.")
+        if fixed:
+            _check_rows(query, cache["key"], beams)
             kv = cache
         else:
-            new = self.project_key_value(value, key)
+            new = self.project_key_value(query if value is None else value)
             update = _append if append_cache else _write
             kv = {name: update(cache[name], new[name], cache_index) for name in ("key", "value")}
+        if self.window is not None:
+            start = 0 if fixed else tf.cast(cache_index, tf.int32)
+            attention_mask = _and(attention_mask,
+                                  self._band(shape[1], tf.shape(kv["key"])[2], start))
+        q = self._project(query, "query")
+        if folded:  # (B*R, T, D) -> (B, R*T, D): R beams read their sentence's memory
+            q = tf.reshape(q, [tf.shape(kv["key"])[0], beams * shape[1], self.width])
+        q = self._split_heads(q)
+        q = q * tf.cast(self.head_dim ** -0.5, q.dtype)
+        output, _ = self._attend(q, kv, _combine(padding_mask, attention_mask), shape, training)
+        return output, kv
+
+    def _attend(self, q, kv, mask, query_shape, training):
+        """q (B, H, T', K) against kv (B, H, S, K) -> ((N, T, D) output, weights)."""
         k = tf.cast(kv["key"], q.dtype)
         v = tf.cast(kv["value"], q.dtype)
-
-        scores = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)  # (B, H, T, S)
-        mask = _combine(padding_mask, attention_mask)
+        scores = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)  # (B, H, T', S)
         if mask is not None:
             scores = tf.where(mask[:, None, :, :], scores, MASKED_LOGIT)
         weights = tf.nn.softmax(scores, axis=-1)
         dropped = self.attention_dropout(weights, training=training)
-        context = tf.matmul(tf.cast(dropped, v.dtype), v)  # (B, H, T, K)
+        context = tf.matmul(tf.cast(dropped, v.dtype), v)  # (B, H, T', K)
         context = tf.transpose(context, [0, 2, 1, 3])
-        context = tf.reshape(context, [query_shape[0], query_shape[1], self.d_model])
-        output = self._project(context, "output")
-        if fold and return_attention_scores:  # (B, H, R*T, S) -> (B*R, H, T, S)
-            shape = tf.shape(weights)
-            weights = tf.reshape(weights, [shape[0], shape[1], -1, query_shape[1], shape[3]])
-            weights = tf.reshape(tf.transpose(weights, [0, 2, 1, 3, 4]),
-                                 [query_shape[0], shape[1], query_shape[1], shape[3]])
+        context = tf.reshape(context, [query_shape[0], query_shape[1], self.width])
+        return self._project(context, "output"), weights
 
-        outputs = (output,)
-        if return_attention_scores:
-            outputs += (weights,)
-        if cache is not None:
-            outputs += (kv,)
-        return outputs[0] if len(outputs) == 1 else outputs
-
-    def _band(self, length, value, cache, cache_index, append_cache):
+    def _band(self, queries, keys, start):
         """(1, T, S) bool: |query position - key position| <= window."""
-        if cache is None:
-            keys = tf.shape(value)[1]
-            start = 0
-        else:
-            keys = tf.shape(cache["key"])[2] + (length if append_cache else 0)
-            start = 0 if cache_index is None else tf.cast(cache_index, tf.int32)
-        queries = tf.range(length)[:, None] + start
-        return (tf.abs(queries - tf.range(keys)[None, :]) <= self.window)[None]
+        positions = tf.range(queries)[:, None] + start
+        return (tf.abs(positions - tf.range(keys)[None, :]) <= self.window)[None]
 
     def _restricted_blocked(self, query, value, key, padding_mask, training):
         """Restricted self-attention in O(r·n·d): blocks of r queries, 3r keys each."""
@@ -207,8 +242,7 @@ class MultiHeadAttention(keras.layers.Layer):
         n = shape[1]
         blocks = (n + r - 1) // r
         extra = blocks * r - n  # pad the sequence to whole blocks
-        q = self._split_heads(self._project(query, "query"))
-        q = q * tf.cast(self.head_dim ** -0.5, q.dtype)
+        q = self._queries(query)
         kv = self.project_key_value(value, key)
         q = tf.pad(q, [[0, 0], [0, 0], [0, extra], [0, 0]])
         q = tf.reshape(q, [shape[0], self.num_heads, blocks, r, self.head_dim])
@@ -229,11 +263,22 @@ class MultiHeadAttention(keras.layers.Layer):
         context = tf.einsum("bhnqs,bhnsk->bhnqk", tf.cast(dropped, v.dtype), v)
         context = tf.reshape(context, [shape[0], self.num_heads, blocks * r, self.head_dim])
         context = tf.transpose(context[:, :, :n], [0, 2, 1, 3])
-        context = tf.reshape(context, [shape[0], n, self.d_model])
+        context = tf.reshape(context, [shape[0], n, self.width])
         return self._project(context, "output")
 
-    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
-        return tuple(query_shape)
+    def compute_mask(self, inputs, previous_mask=None):
+        """The query's Keras mask is the output's (keras.layers.MultiHeadAttention's rule)."""
+        return previous_mask
+
+    def compute_output_spec(self, query, value, key=None, padding_mask=None,
+                            attention_mask=None, return_attention_scores=False, training=None,
+                            **masks):
+        width = self.d_model or query.shape[-1]
+        output = keras.KerasTensor(tuple(query.shape[:-1]) + (width,), self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        shape = (query.shape[0], self.num_heads, query.shape[1], value.shape[1])
+        return output, keras.KerasTensor(shape, "float32")  # softmax runs in float32
 
     def get_config(self):
         config = super().get_config()
@@ -242,8 +287,26 @@ class MultiHeadAttention(keras.layers.Layer):
         return config
 
 
+def _as_bool(mask):
+    return None if mask is None else tf.cast(mask, tf.bool)
+
+
+def _check_rows(query, cache_key, beams):
+    """A fixed cache of B rows serves N = B * beams query rows (checked when shapes are known)."""
+    rows, memory_rows = query.shape[0], cache_key.shape[0]
+    if tf.is_tensor(beams):
+        return  # the reshape that folds the beams checks it at run time
+    if rows is not None and memory_rows is not None and rows != memory_rows * beams:
+        raise ValueError(f"The query has {rows} rows but the fixed cache {memory_rows} with "
+                         f"beams={beams}: need rows = cache rows * beams (pass `beams`, the "
+                         "hypotheses per sentence, when beams share the memory).")
+
+
 def _and(a, b):
-    return b if a is None else tf.logical_and(a, b)
+    """Logical and of two masks, either of which may be None."""
+    if a is None or b is None:
+        return b if a is None else a
+    return tf.logical_and(a, b)
 
 
 def _combine(padding_mask, attention_mask):

@@ -5,14 +5,18 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfxformer.layers.attention import MultiHeadAttention
-from tfxformer.layers.encoder import ResidualBlock, _layer_kwargs
-from tfxformer.layers.feed_forward import PositionwiseFeedForward
+from tfxformer.layers.block import LayerStack, TransformerBlock, keras_mask_or
 from tfxformer.layers.masks import causal_mask
 
 
+def _scores_spec(x, memory, num_heads):
+    batch, length = x.shape[0], x.shape[1]
+    return {"self": keras.KerasTensor((batch, num_heads, length, length), "float32"),
+            "cross": keras.KerasTensor((batch, num_heads, length, memory.shape[1]), "float32")}
+
+
 @keras.saving.register_keras_serializable(package="tfxformer")
-class DecoderLayer(keras.layers.Layer):
+class DecoderLayer(TransformerBlock):
     """One decoder layer: causal self-attention, encoder–decoder attention, feed-forward (§3.1).
 
     "In addition to the two sub-layers in each encoder layer, the decoder inserts a third
@@ -23,115 +27,107 @@ class DecoderLayer(keras.layers.Layer):
 
     Args: as :class:`tfxformer.layers.EncoderLayer`.
 
-    Call arguments:
+    Call arguments (`call`, teacher forcing):
         x: (B, T, D) target-side inputs.
-        memory: (B, S, D) encoder output (may be None when `cache` holds its projection).
-        memory_padding_mask: optional (B, S) bool, True for real source tokens.
-        cache: optional {"self": {"key", "value"}, "cross": {"key", "value"}} with
-            (B, H, L, K) self-attention keys/values and (B, H, S, K) projected memory,
-            as made by :meth:`Decoder.init_cache`. Requires `cache_index`, the position
-            of x's first token; x's keys/values are written there (appended to a
-            growing cache with `append_cache=True`).
-        append_cache: the self-attention cache grows (see :meth:`Decoder.init_cache`).
-        return_attention_scores: also return {"self": (B, H, T, T|L), "cross": (B, H, T, S)}.
+        memory: (B, S, D) encoder output.
+        memory_padding_mask: optional (B, S) bool, True for real source tokens. When
+            None, the Keras mask of `memory` is used.
+        return_attention_scores: also return {"self": (B, H, T, T), "cross": (B, H, T, S)}.
+        The Keras mask of `x` (if any) also masks padded target keys in the
+        self-attention, and is passed on to the output.
 
     Returns:
-        (B, T, D); then the weights if asked; then the updated cache if one was given.
+        `call`: (B, T, D), or `(output, weights)` with `return_attention_scores=True`.
+        :meth:`call_cached`: always `(output, cache)`.
+
+    Example:
+    >>> import tensorflow as tf
+    >>> layer = DecoderLayer(d_model=8, num_heads=2, d_ff=16)
+    >>> layer(tf.zeros((2, 3, 8)), tf.zeros((2, 5, 8))).shape
+    TensorShape([2, 3, 8])
     """
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, attention_dropout=0.0,
-                 activation_dropout=0.0, norm_first=False, layer_norm_epsilon=1e-6, **kwargs):
-        super().__init__(**kwargs)
-        self.d_model, self.num_heads, self.d_ff = int(d_model), int(num_heads), int(d_ff)
-        self.dropout, self.attention_dropout = float(dropout), float(attention_dropout)
-        self.activation_dropout = float(activation_dropout)
-        self.norm_first, self.layer_norm_epsilon = bool(norm_first), float(layer_norm_epsilon)
-        policy = self.dtype_policy
-        self.self_attention = MultiHeadAttention(
-            num_heads, d_model, dropout=attention_dropout, name="self_attention", dtype=policy)
-        self.cross_attention = MultiHeadAttention(
-            num_heads, d_model, dropout=attention_dropout, name="cross_attention", dtype=policy)
-        self.feed_forward = PositionwiseFeedForward(
-            d_ff, d_model, dropout=activation_dropout, name="feed_forward", dtype=policy)
-        self.self_attention_block = ResidualBlock(
-            name="self_attention_block", **_layer_kwargs(self))
-        self.cross_attention_block = ResidualBlock(
-            name="cross_attention_block", **_layer_kwargs(self))
-        self.feed_forward_block = ResidualBlock(name="feed_forward_block", **_layer_kwargs(self))
+    def __init__(self, d_model, num_heads, d_ff, **kwargs):
+        super().__init__(d_model, num_heads, d_ff, **kwargs)
+        self.self_attention = self.make_attention("self_attention")
+        self.cross_attention = self.make_attention("cross_attention")
+        self.feed_forward = self.make_feed_forward()
+        self.self_attention_block = self.residual_block("self_attention_block")
+        self.cross_attention_block = self.residual_block("cross_attention_block")
+        self.feed_forward_block = self.residual_block("feed_forward_block")
 
-    def build(self, x_shape, memory_shape=None):
-        x_shape = tuple(x_shape)
-        for layer in (self.self_attention, self.cross_attention, self.feed_forward,
-                      self.self_attention_block, self.cross_attention_block,
-                      self.feed_forward_block):
-            layer.build(x_shape)
-        self.built = True
+    def _sublayers(self):
+        return [self.self_attention, self.cross_attention, self.feed_forward,
+                self.self_attention_block, self.cross_attention_block, self.feed_forward_block]
 
-    def call(self, x, memory=None, memory_padding_mask=None, cache=None, cache_index=None,
-             append_cache=False, return_attention_scores=False, training=None):
-        if cache is not None and cache_index is None:
-            raise ValueError("A decoder `cache` needs `cache_index`, the position of x[:, 0].")
+    def call(self, x, memory, memory_padding_mask=None, return_attention_scores=False,
+             training=None, x_mask=None, memory_mask=None):
+        memory_padding_mask = keras_mask_or(memory_padding_mask, memory_mask,
+                                            "memory_padding_mask")
+        self_mask = causal_mask(tf.shape(x)[1])[None]  # (1, T, T)
+        target_mask = keras_mask_or(None, x_mask, "x's Keras mask")
+        if target_mask is not None:
+            self_mask = self_mask & target_mask[:, None, :]  # (B, T, T)
+        weights = {}
+
+        def sublayer(block, attention, name, value, **kwargs):
+            y = block.sublayer_input(x)
+            out = attention(y, y if value is None else value,
+                            return_attention_scores=return_attention_scores,
+                            training=training, **kwargs)
+            out, weights[name] = out if return_attention_scores else (out, None)
+            return block.combine(x, out, training=training)
+
+        x = sublayer(self.self_attention_block, self.self_attention, "self", None,
+                     attention_mask=self_mask)
+        x = sublayer(self.cross_attention_block, self.cross_attention, "cross", memory,
+                     padding_mask=memory_padding_mask)
+        x = self._feed_forward(x, training)
+        return (x, weights) if return_attention_scores else x
+
+    def call_cached(self, x, cache, cache_index, memory_padding_mask=None, append_cache=False,
+                    beams=1, training=None):
+        """One incremental decoding call; returns `(output (N, T, D), updated cache)`.
+
+        Args:
+            x: (N, T, D), the embedded tokens at positions [cache_index, cache_index + T).
+            cache: {"self": {"key", "value"}: (N, H, L, K), "cross": {"key", "value"}:
+                (B, H, S, K)}, from :meth:`Decoder.init_cache`. x's keys/values are written
+                at cache_index (appended to a growing cache with `append_cache=True`).
+            memory_padding_mask: optional (B, S) bool, the memory's batch.
+            beams: rows of x per memory row, N = B * beams (row b * beams + k is
+                hypothesis k of sentence b); the memory is read once per sentence.
+        """
+        if not self.built:
+            self.build(x.shape)
         length = tf.shape(x)[1]
-        if cache is None:
-            self_mask = causal_mask(length)[None]  # (1, T, T)
-        else:  # query i sits at cache_index + i and may see cached keys 0..cache_index + i
-            slots = tf.shape(cache["self"]["key"])[2] + (length if append_cache else 0)
-            keys = tf.range(slots)[None, :]
-            self_mask = (keys <= tf.range(length)[:, None] + cache_index)[None]  # (1, T, L)
-        cached = cache is not None
+        # Query i sits at cache_index + i and may see cached keys 0 .. cache_index + i.
+        slots = tf.shape(cache["self"]["key"])[2] + (length if append_cache else 0)
+        visible = tf.range(slots)[None, :] <= tf.range(length)[:, None] + cache_index
+        y = self.self_attention_block.sublayer_input(x)
+        out, self_cache = self.self_attention.call_cached(
+            y, cache["self"], cache_index, attention_mask=visible[None],
+            append_cache=append_cache, training=training)
+        x = self.self_attention_block.combine(x, out, training=training)
+        y = self.cross_attention_block.sublayer_input(x)
+        out, cross_cache = self.cross_attention.call_cached(
+            y, cache["cross"], padding_mask=memory_padding_mask, beams=beams,
+            training=training)
+        x = self.cross_attention_block.combine(x, out, training=training)
+        x = self._feed_forward(x, training)
+        return x, {"self": self_cache, "cross": cross_cache}
 
-        def attend_self(y):
-            return self.self_attention(
-                y, y, attention_mask=self_mask, cache=cache["self"] if cached else None,
-                cache_index=cache_index, append_cache=append_cache,
-                return_attention_scores=return_attention_scores,
-                training=training)
-
-        def attend_memory(y):
-            return self.cross_attention(
-                y, memory, padding_mask=memory_padding_mask,
-                cache=cache["cross"] if cached else None,
-                return_attention_scores=return_attention_scores, training=training)
-
-        weights, new_cache = {}, {}
-        out = self.self_attention_block(x, sublayer=attend_self, training=training)
-        x, weights["self"], new_cache["self"] = _unpack(out, return_attention_scores, cached)
-        out = self.cross_attention_block(x, sublayer=attend_memory, training=training)
-        x, weights["cross"], new_cache["cross"] = _unpack(out, return_attention_scores, cached)
-        x = self.feed_forward_block(
-            x, sublayer=lambda y: self.feed_forward(y, training=training), training=training)
-        outputs = (x,)
-        if return_attention_scores:
-            outputs += (weights,)
-        if cached:
-            outputs += (new_cache,)
-        return outputs[0] if len(outputs) == 1 else outputs
-
-    def compute_output_shape(self, x_shape, memory_shape=None):
-        return tuple(x_shape)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff,
-                      dropout=self.dropout, attention_dropout=self.attention_dropout,
-                      activation_dropout=self.activation_dropout, norm_first=self.norm_first,
-                      layer_norm_epsilon=self.layer_norm_epsilon)
-        return config
-
-
-def _unpack(out, with_weights, with_cache):
-    """(x[, weights][, cache]) -> (x, weights or None, cache or None)."""
-    if not isinstance(out, tuple):
-        return out, None, None
-    out = list(out)
-    x = out.pop(0)
-    weights = out.pop(0) if with_weights else None
-    cache = out.pop(0) if with_cache else None
-    return x, weights, cache
+    def compute_output_spec(self, x, memory, memory_padding_mask=None,
+                            return_attention_scores=False, training=None, x_mask=None,
+                            memory_mask=None):
+        output = keras.KerasTensor(x.shape, self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        return output, _scores_spec(x, memory, self.num_heads)
 
 
 @keras.saving.register_keras_serializable(package="tfxformer")
-class Decoder(keras.layers.Layer):
+class Decoder(LayerStack):
     """A stack of `num_layers` identical decoder layers (§3.1: "N = 6"), with a cache.
 
     Takes embedded target inputs (shifted right, plus positional encoding). With
@@ -139,66 +135,39 @@ class Decoder(keras.layers.Layer):
 
     Args: `num_layers` and those of :class:`DecoderLayer`.
 
-    Call arguments:
-        x: (B, T, D); memory: (B, S, D) or None with a cache; memory_padding_mask: (B, S);
-        cache / cache_index: a list of per-layer caches from :meth:`init_cache` and the
-        position of x[:, 0]; append_cache: the caches grow (made with max_length=None);
-        return_attention_scores: also return a list of per-layer
-        {"self", "cross"} weights.
+    Call arguments (`call`, teacher forcing):
+        x: (B, T, D); memory: (B, S, D); memory_padding_mask: optional (B, S) (None: the
+        Keras mask of `memory`); return_attention_scores: also return a list of
+        per-layer {"self", "cross"} weights. Incremental decoding: :meth:`init_cache`,
+        then :meth:`call_cached`.
 
     Returns:
-        (B, T, D); then the weights if asked; then the updated cache if one was given.
+        `call`: (B, T, D), or `(output, [weights of each layer])` with
+        `return_attention_scores=True`. :meth:`call_cached`: always `(output, cache)`.
 
     Example:
+    >>> import tensorflow as tf
     >>> dec = Decoder(2, d_model=8, num_heads=2, d_ff=16)
     >>> dec(tf.zeros((2, 3, 8)), tf.zeros((2, 5, 8))).shape
     TensorShape([2, 3, 8])
     """
 
-    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, attention_dropout=0.0,
-                 activation_dropout=0.0, norm_first=False, layer_norm_epsilon=1e-6, **kwargs):
-        super().__init__(**kwargs)
-        self.num_layers = int(num_layers)
-        self.layer_kwargs = dict(
-            d_model=int(d_model), num_heads=int(num_heads), d_ff=int(d_ff), dropout=float(dropout),
-            attention_dropout=float(attention_dropout),
-            activation_dropout=float(activation_dropout), norm_first=bool(norm_first),
-            layer_norm_epsilon=float(layer_norm_epsilon))
-        stack = [DecoderLayer(name=f"layer_{i}", dtype=self.dtype_policy,
-                                   **self.layer_kwargs) for i in range(self.num_layers)]
-        # Each layer is its own attribute: Keras tracks layers kept in a list for .keras
-        # files but not for tf.train.Checkpoint (keras-team/keras#18398).
-        for i, layer in enumerate(stack):
-            setattr(self, f"layer_{i}", layer)
-        self.final_norm = None
-        if norm_first:
-            self.final_norm = keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, name="final_norm", dtype=self.dtype_policy)
-
-    @property
-    def stack(self) -> list:
-        """The N layers, bottom first."""
-        return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
-
-    def build(self, x_shape, memory_shape=None):
-        for layer in self.stack:
-            layer.build(x_shape)
-        if self.final_norm is not None:
-            self.final_norm.build(x_shape)
-        self.built = True
+    layer_class = DecoderLayer
 
     def init_cache(self, memory, max_length=None, batch_size=None):
         """Per-layer caches for decoding up to `max_length` tokens against `memory` (B, S, D).
 
-        Self-attention slots start as zeros (B, H, max_length, K), or empty (B, H, 0, K)
+        Self-attention slots start as zeros (N, H, max_length, K), or empty (N, H, 0, K)
         with `max_length=None`: a cache that grows, for `append_cache=True` calls. The
-        memory's keys/values are projected once here, not at every step. `batch_size`
+        memory's keys/values are projected once here, not at every step. `batch_size` N
         (default B) sizes the self-attention slots, e.g. B·beam for beam search, whose
-        beams share the memory's projection (see MultiHeadAttention's cache).
+        beams share the memory's projection (`call_cached(..., beams=beam)`).
         """
+        if not self.built:
+            self.build(memory.shape)
         batch = tf.shape(memory)[0] if batch_size is None else batch_size
-        heads = self.layer_kwargs["num_heads"]
-        head_dim = self.layer_kwargs["d_model"] // heads
+        heads = self.layer_0.num_heads
+        head_dim = self.layer_0.d_model // heads
         slots = 0 if max_length is None else max_length
         zeros = tf.zeros([batch, heads, slots, head_dim], self.compute_dtype)
         memory = tf.cast(memory, self.compute_dtype)
@@ -206,30 +175,38 @@ class Decoder(keras.layers.Layer):
                  "cross": layer.cross_attention.project_key_value(memory)}
                 for layer in self.stack]
 
-    def call(self, x, memory=None, memory_padding_mask=None, cache=None, cache_index=None,
-             append_cache=False, return_attention_scores=False, training=None):
-        all_weights, new_cache = [], []
-        for i, layer in enumerate(self.stack):
-            out = layer(x, memory, memory_padding_mask=memory_padding_mask,
-                        cache=None if cache is None else cache[i], cache_index=cache_index,
-                        append_cache=append_cache,
-                        return_attention_scores=return_attention_scores, training=training)
-            x, weights, layer_cache = _unpack(out, return_attention_scores, cache is not None)
-            all_weights.append(weights)
+    def call(self, x, memory, memory_padding_mask=None, return_attention_scores=False,
+             training=None, x_mask=None, memory_mask=None):
+        memory_padding_mask = keras_mask_or(memory_padding_mask, memory_mask,
+                                            "memory_padding_mask")
+        all_weights = []
+        for layer in self.stack:
+            x = layer(x, memory, memory_padding_mask=memory_padding_mask,
+                      return_attention_scores=return_attention_scores, training=training,
+                      x_mask=x_mask)
+            if return_attention_scores:
+                x, weights = x
+                all_weights.append(weights)
+        x = self._finish(x)
+        return (x, all_weights) if return_attention_scores else x
+
+    def call_cached(self, x, cache, cache_index, memory_padding_mask=None, append_cache=False,
+                    beams=1, training=None):
+        """Incremental decoding through the N layers (see :meth:`DecoderLayer.call_cached`);
+        returns `(output (N, T, D), updated list of per-layer caches)`."""
+        new_cache = []
+        for layer, layer_cache in zip(self.stack, cache, strict=True):
+            x, layer_cache = layer.call_cached(
+                x, layer_cache, cache_index, memory_padding_mask=memory_padding_mask,
+                append_cache=append_cache, beams=beams, training=training)
             new_cache.append(layer_cache)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        outputs = (x,)
-        if return_attention_scores:
-            outputs += (all_weights,)
-        if cache is not None:
-            outputs += (new_cache,)
-        return outputs[0] if len(outputs) == 1 else outputs
+        return self._finish(x), new_cache
 
-    def compute_output_shape(self, x_shape, memory_shape=None):
-        return tuple(x_shape)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_layers=self.num_layers, **self.layer_kwargs)
-        return config
+    def compute_output_spec(self, x, memory, memory_padding_mask=None,
+                            return_attention_scores=False, training=None, x_mask=None,
+                            memory_mask=None):
+        output = keras.KerasTensor(x.shape, self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        heads = self.layer_0.num_heads
+        return output, [_scores_spec(x, memory, heads) for _ in range(self.num_layers)]

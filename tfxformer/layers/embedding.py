@@ -29,6 +29,7 @@ class SharedEmbedding(keras.layers.Layer):
         `logits(x)`: (B, L, V) float32 pre-softmax logits x Eᵀ.
 
     Example:
+    >>> import tensorflow as tf
     >>> emb = SharedEmbedding(vocab_size=10, d_model=4)
     >>> emb(tf.constant([[1, 2, 0]])).shape, emb.logits(tf.zeros((1, 3, 4))).shape
     (TensorShape([1, 3, 4]), TensorShape([1, 3, 10]))

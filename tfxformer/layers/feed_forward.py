@@ -25,6 +25,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         (B, L, D).
 
     Example:
+    >>> import tensorflow as tf
     >>> PositionwiseFeedForward(d_ff=16)(tf.zeros((2, 3, 8))).shape
     TensorShape([2, 3, 8])
     """
@@ -38,10 +39,12 @@ class PositionwiseFeedForward(keras.layers.Layer):
                                         dtype=self.dtype_policy)
         self.activation_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.outer = None
+        self.supports_masking = True  # position-wise: the input's Keras mask is the output's
 
     def build(self, input_shape):
-        self.d_model = self.d_model or int(input_shape[-1])
-        self.outer = keras.layers.Dense(self.d_model, name="outer", dtype=self.dtype_policy)
+        # The config keeps the argument (None = the input width); the width in use is outer's.
+        width = self.d_model or int(input_shape[-1])
+        self.outer = keras.layers.Dense(width, name="outer", dtype=self.dtype_policy)
         self.inner.build(input_shape)
         self.outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
         self.built = True

@@ -6,6 +6,8 @@ import keras
 import tensorflow as tf
 
 KINDS = ("sinusoidal", "learned")
+# Size of a learned position table unless told otherwise: positions 0 .. 1023.
+DEFAULT_MAX_POSITIONS = 1024
 
 
 def sinusoidal_encoding(positions, d_model: int) -> tf.Tensor:
@@ -33,12 +35,13 @@ class PositionalEncoding(keras.layers.Layer):
     to the embedding (§3.4) and the dropout to the model (§5.4).
 
     `kind="learned"` selects learned position embeddings instead, the variant of Table 3
-    row (E) ("nearly identical results"); it needs `max_length`.
+    row (E) ("nearly identical results"); it needs `max_positions`.
 
     Args:
         kind: "sinusoidal" (default) or "learned".
-        max_length: largest position + 1 a learned table holds (default 1024). The
-            sinusoidal encoding is computed for any position and ignores it.
+        max_positions: largest position + 1 a learned table holds (default 1024). The
+            sinusoidal encoding is computed for any position and ignores it. (The
+            config key was `max_length` before; `from_config` still accepts it.)
 
     Call arguments:
         inputs: (B, L, D) embeddings.
@@ -49,18 +52,20 @@ class PositionalEncoding(keras.layers.Layer):
         (B, L, D) tensor of the inputs' dtype.
 
     Example:
+    >>> import tensorflow as tf
     >>> PositionalEncoding()(tf.zeros((1, 2, 4)))[0, 1].numpy().round(4)
     array([0.8415, 0.5403, 0.01  , 1.    ], dtype=float32)
     """
 
-    def __init__(self, kind="sinusoidal", max_length=1024, **kwargs):
+    def __init__(self, kind="sinusoidal", max_positions=DEFAULT_MAX_POSITIONS, **kwargs):
         super().__init__(**kwargs)
         if kind not in KINDS:
             raise ValueError(f"Unknown positional encoding kind {kind!r}; accepted: {KINDS}.")
-        if int(max_length) < 1:
-            raise ValueError(f"`max_length` must be a positive integer, got {max_length}.")
+        if isinstance(max_positions, bool) or int(max_positions) < 1:
+            raise ValueError(f"`max_positions` must be a positive integer, got {max_positions}.")
         self.kind = kind
-        self.max_length = int(max_length)
+        self.max_positions = int(max_positions)
+        self.supports_masking = True  # position-wise: the input's Keras mask is the output's
 
     def build(self, input_shape):
         self.d_model = int(input_shape[-1])
@@ -68,7 +73,7 @@ class PositionalEncoding(keras.layers.Layer):
             raise ValueError(f"The sinusoidal encoding needs an even d_model, got {self.d_model}.")
         if self.kind == "learned":
             self.position_embeddings = self.add_weight(
-                name="position_embeddings", shape=(self.max_length, self.d_model),
+                name="position_embeddings", shape=(self.max_positions, self.d_model),
                 initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
         self.built = True
 
@@ -86,5 +91,12 @@ class PositionalEncoding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(kind=self.kind, max_length=self.max_length)
+        config.update(kind=self.kind, max_positions=self.max_positions)
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if "max_length" in config:  # the key's name before #11
+            config["max_positions"] = config.pop("max_length")
+        return cls(**config)

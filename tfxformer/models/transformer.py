@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
+
 import keras
 
-from tfxformer.config import get_preset
+from tfxformer.config import get_preset, renamed_model_arguments
+from tfxformer.layers.block import block_arguments, block_defaults
 from tfxformer.layers.decoder import Decoder
 from tfxformer.layers.embedding import SharedEmbedding
 from tfxformer.layers.encoder import Encoder
 from tfxformer.layers.masks import padding_mask
-from tfxformer.layers.position import PositionalEncoding
+from tfxformer.layers.position import DEFAULT_MAX_POSITIONS, PositionalEncoding
 
 
 @keras.saving.register_keras_serializable(package="tfxformer")
@@ -26,12 +29,15 @@ class Transformer(keras.Model):
         vocab_size: size of the shared vocabulary.
         num_layers: N, layers in each of the encoder and decoder (6).
         d_model: model width (512). num_heads: h (8). d_ff: FFN inner width (2048).
-        dropout: P_drop on sub-layer outputs and embedding sums (0.1).
-        attention_dropout, activation_dropout: extra dropouts (departures; default 0).
-        norm_first: pre-norm (departure) instead of the paper's post-norm.
         position_embedding: "sinusoidal" (paper) or "learned" (Table 3 row E).
-        max_length: longest sequence of a learned position table (and the translator's cap).
-        layer_norm_epsilon: LayerNorm epsilon (1e-6).
+        max_positions: size of the position table: the longest sequence a learned table
+            embeds, and the decoders' and translator's position cap (1024). Called
+            `max_length` before; the constructor and `from_config` still accept that name.
+        **kwargs: the sub-layer settings of :class:`tfxformer.layers.block.TransformerBlock`
+            with its defaults: dropout (P_drop on sub-layer outputs and embedding sums,
+            0.1), attention_dropout, activation_dropout (departures, 0), norm_first
+            (pre-norm, a departure; False), layer_norm_epsilon (1e-6); then those of
+            keras.Model (name, dtype, ...).
 
     Call arguments:
         inputs: a tuple `(source_ids, target_ids)`: (B, S) and (B, T) integer ids, pad 0.
@@ -40,36 +46,48 @@ class Transformer(keras.Model):
         training: whether dropout is active.
 
     Returns:
-        (B, T, vocab_size) float32 logits, also under mixed precision.
+        (B, T, vocab_size) float32 logits, also under mixed precision (and so declared to
+        the functional API).
 
     Example:
+    >>> import tensorflow as tf
     >>> model = Transformer.from_preset("tiny", vocab_size=100)
     >>> model((tf.constant([[5, 6, 7, 0]]), tf.constant([[1, 8]]))).shape
     TensorShape([1, 2, 100])
     """
 
     def __init__(self, vocab_size, num_layers=6, d_model=512, num_heads=8, d_ff=2048,
-                 dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, norm_first=False,
-                 position_embedding="sinusoidal", max_length=1024, layer_norm_epsilon=1e-6,
+                 position_embedding="sinusoidal", max_positions=DEFAULT_MAX_POSITIONS,
                  **kwargs):
+        if "max_length" in kwargs:  # the old name of max_positions
+            if max_positions != DEFAULT_MAX_POSITIONS:
+                kwargs["max_positions"] = max_positions  # both given: let the check name them
+            kwargs = renamed_model_arguments(kwargs)
+            max_positions = kwargs.pop("max_positions")
+        settings = {k: kwargs.pop(k) for k in block_arguments() if k in kwargs}
         super().__init__(**kwargs)
-        self.model_config = dict(
-            vocab_size=int(vocab_size), num_layers=int(num_layers), d_model=int(d_model),
-            num_heads=int(num_heads), d_ff=int(d_ff), dropout=float(dropout),
-            attention_dropout=float(attention_dropout),
-            activation_dropout=float(activation_dropout), norm_first=bool(norm_first),
-            position_embedding=position_embedding, max_length=int(max_length),
-            layer_norm_epsilon=float(layer_norm_epsilon))
-        stack_kwargs = {k: v for k, v in self.model_config.items()
-                        if k not in ("vocab_size", "position_embedding", "max_length")}
         policy = self.dtype_policy
+        dropout = settings.get("dropout", block_defaults()["dropout"])
         self.embedding = SharedEmbedding(vocab_size, d_model, name="shared_embedding",
                                          dtype=policy)
-        self.position = PositionalEncoding(position_embedding, max_length,
+        self.position = PositionalEncoding(position_embedding, max_positions,
                                            name="positional_encoding", dtype=policy)
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
-        self.encoder = Encoder(name="encoder", dtype=policy, **stack_kwargs)
-        self.decoder = Decoder(name="decoder", dtype=policy, **stack_kwargs)
+        stack = dict(num_layers=num_layers, d_model=d_model, num_heads=num_heads, d_ff=d_ff)
+        self.encoder = Encoder(name="encoder", dtype=policy, **stack, **settings)
+        self.decoder = Decoder(name="decoder", dtype=policy, **stack, **settings)
+        blocks = self.encoder.block_config()
+        self.model_config = dict(
+            vocab_size=self.embedding.vocab_size, num_layers=self.encoder.num_layers,
+            **blocks, position_embedding=position_embedding,
+            max_positions=self.position.max_positions)
+
+    @classmethod
+    def defaults(cls) -> dict:
+        """Every architecture argument but vocab_size, with its default (the base model)."""
+        params = inspect.signature(cls.__init__).parameters.values()
+        own = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+        return {**own, **block_defaults()}
 
     @classmethod
     def from_preset(cls, name, vocab_size, **overrides):
@@ -92,7 +110,8 @@ class Transformer(keras.Model):
         return self.embedding_dropout(vectors, training=training)
 
     def encode(self, source_ids, training=False, return_attention_scores=False):
-        """(B, S) ids -> ((B, S, D) memory, (B, S) bool source mask[, per-layer weights])."""
+        """(B, S) ids -> ((B, S, D) memory, (B, S) bool source mask), with the per-layer
+        (B, H, S, S) self-attention weights as a third element if asked."""
         source_mask = padding_mask(source_ids)
         out = self.encoder(self.embed(source_ids, training=training), padding_mask=source_mask,
                            return_attention_scores=return_attention_scores, training=training)
@@ -102,7 +121,8 @@ class Transformer(keras.Model):
 
     def decode(self, target_ids, memory, source_mask, training=False,
                return_attention_scores=False):
-        """Teacher-forced decoding: (B, T) decoder inputs -> (B, T, V) float32 logits."""
+        """Teacher-forced decoding: (B, T) decoder inputs -> (B, T, V) float32 logits, or
+        (logits, per-layer {"self", "cross"} weights) if asked."""
         out = self.decoder(self.embed(target_ids, training=training), memory,
                            memory_padding_mask=source_mask,
                            return_attention_scores=return_attention_scores, training=training)
@@ -112,31 +132,38 @@ class Transformer(keras.Model):
 
     def init_cache(self, memory, max_length=None, batch_size=None):
         """Decoder cache for up to `max_length` target positions, or a growing one with
-        None; `batch_size` rows of self-attention slots (see Decoder.init_cache)."""
+        None; `batch_size` N rows of self-attention slots (default B; B * beams for beam
+        search), see Decoder.init_cache."""
         if not self.built:
             self.build()
         return self.decoder.init_cache(memory, max_length, batch_size=batch_size)
 
     def decode_step(self, target_ids, source_mask, cache, cache_index, append_cache=False,
-                    return_attention_scores=False):
-        """Incremental decoding: ids (B, t) at positions [cache_index, cache_index + t).
+                    beams=1):
+        """Incremental decoding: ids (N, t) at positions [cache_index, cache_index + t).
 
-        Returns ((B, t, V) float32 logits, updated cache), with the per-layer attention
-        weights between them if asked. Equal to the matching rows of :meth:`decode`.
-        `source_mask` has the memory's batch, which may divide B (beams share it);
+        Always returns ((N, t, V) float32 logits, updated cache), equal to the matching
+        rows of :meth:`decode`. `source_mask` (B, S) has the memory's batch; `beams` is the
+        number of rows of `target_ids` per memory row, N = B * beams (row b * beams + k is
+        hypothesis k of sentence b), so the beams of a sentence read its memory once.
         `append_cache=True` for a growing cache (``init_cache(memory, None)``).
         """
         x = self.embed(target_ids, start_index=cache_index)
-        out = self.decoder(x, None, memory_padding_mask=source_mask, cache=cache,
-                           cache_index=cache_index, append_cache=append_cache,
-                           return_attention_scores=return_attention_scores)
-        logits = self.embedding.logits(out[0])
-        return (logits,) + tuple(out[1:])
+        out, cache = self.decoder.call_cached(x, cache, cache_index,
+                                              memory_padding_mask=source_mask,
+                                              append_cache=append_cache, beams=beams)
+        return self.embedding.logits(out), cache
 
     def call(self, inputs, training=None):
         source_ids, target_ids = _unpack_inputs(inputs)
         memory, source_mask = self.encode(source_ids, training=training)
         return self.decode(target_ids, memory, source_mask, training=training)
+
+    def compute_output_spec(self, inputs, training=None):
+        """(B, T, vocab_size) float32: the logits stay float32 under mixed precision."""
+        _, target = _unpack_inputs(inputs)
+        shape = tuple(target.shape) + (self.model_config["vocab_size"],)
+        return keras.KerasTensor(shape, "float32")
 
     def compute_output_shape(self, input_shape):
         _, target_shape = input_shape
@@ -149,7 +176,7 @@ class Transformer(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        return cls(**renamed_model_arguments(config))
 
 
 def _unpack_inputs(inputs):

@@ -37,7 +37,7 @@ def sentence_attention(model, sentencepiece_model: bytes, sentence: str,
                        extra_length=DEFAULT_EXTRA_LENGTH):
     """Greedy-translates `sentence` and returns its :class:`SentenceAttention`."""
     processor = spm.SentencePieceProcessor(model_proto=sentencepiece_model)
-    limit = int(model.model_config["max_length"])
+    limit = int(model.model_config["max_positions"])
     source = processor.encode(sentence)[: limit - 1] + [EOS_ID]
     source_ids = tf.constant([source], tf.int32)
     output = greedy_decode(model, source_ids, extra_length=extra_length)

@@ -96,7 +96,7 @@ class Translator(tf.Module):
             raise ValueError(f"`extra_length` must be an integer >= 0, got {extra_length!r}.")
         self.extra_length = int(extra_length)
         self.max_batch_size = _positive_int(max_batch_size, "max_batch_size")
-        positions = int(model.model_config["max_length"])
+        positions = int(model.model_config["max_positions"])
         self.max_input_length = positions if max_input_length is None else min(
             positions, _positive_int(max_input_length, "max_input_length"))
 
