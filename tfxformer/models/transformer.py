@@ -118,14 +118,17 @@ class Transformer(keras.Model):
         return self.decoder.init_cache(memory, max_length, batch_size=batch_size)
 
     def decode_step(self, target_ids, source_mask, cache, cache_index, append_cache=False,
-                    return_attention_scores=False):
+                    return_attention_scores=False, beams=1):
         """Incremental decoding: ids (B, t) at positions [cache_index, cache_index + t).
 
         Returns ((B, t, V) float32 logits, updated cache), with the per-layer attention
         weights between them if asked. Equal to the matching rows of :meth:`decode`.
         `source_mask` has the memory's batch, which may divide B (beams share it);
-        `append_cache=True` for a growing cache (``init_cache(memory, None)``).
+        `append_cache=True` for a growing cache (``init_cache(memory, None)``). `beams`:
+        rows of `target_ids` per memory row (B = memory batch * beams); the
+        cross-attention folds them today from the shapes, so it is only passed along.
         """
+        del beams  # the fold is implicit in the layers until they take it explicitly
         x = self.embed(target_ids, start_index=cache_index)
         out = self.decoder(x, None, memory_padding_mask=source_mask, cache=cache,
                            cache_index=cache_index, append_cache=append_cache,
