@@ -29,7 +29,8 @@ output (columns of the result), V vocabulary.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
