@@ -261,13 +261,33 @@ def _mixed_lengths(lengths=(2, 9, 3, 12, 5, 1, 7, 4), seed=0):
     return tf.constant(source)
 
 
+class EOSBiased:
+    """The Transformer with `bias` added to its EOS logit: random weights then end some
+    sentences by EOS, others at their limits (the same model for both decoders)."""
+
+    def __init__(self, model, bias):
+        self.model, self.model_config = model, model.model_config
+        self.bias = tf.one_hot(EOS_ID, model.model_config["vocab_size"]) * bias
+
+    def encode(self, source_ids):
+        return self.model.encode(source_ids)
+
+    def init_cache(self, *args, **kwargs):
+        return self.model.init_cache(*args, **kwargs)
+
+    def decode_step(self, *args, **kwargs):
+        logits, cache = self.model.decode_step(*args, **kwargs)
+        return logits + self.bias, cache
+
+
 @pytest.mark.parametrize("static_cache", [False, True])
 @pytest.mark.parametrize("decoder", ["greedy", 1, 4])
 def test_decoders_equal_the_reference_on_mixed_lengths(model, decoder, static_cache):
     """Finished sentences leaving the batch change no output: the decoders equal the
     algorithm before that change (tests/decoding_reference.py: every sentence runs until
-    the last is done), for greedy and beams 1 and 4, growing and static caches."""
-    source = _mixed_lengths()
+    the last is done), for greedy and beams 1 and 4, growing and static caches, on
+    sentences that end by EOS or at their limits at different steps."""
+    source, model = _mixed_lengths(), EOSBiased(model, 1.5)
     if decoder == "greedy":
         out = greedy_decode(model, source, extra_length=6, static_cache=static_cache)
         expected = reference.greedy_decode(model, source, 6, static_cache)
