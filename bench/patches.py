@@ -63,23 +63,11 @@ def fused_top_extensions(logits, alive_log_probs, count, pad_id=0, bos_id=2):
     return log_probs, index // width, tokens
 
 
-def _replace(module_name, attribute, value):
-    module = importlib.import_module(module_name)
-    if not hasattr(module, attribute):
-        raise SystemExit(f"patch target {module_name}.{attribute} is gone; update "
-                         "bench/patches.py")
-    setattr(module, attribute, value)
-
-
-def patch_fused_loss():
-    _replace("tfxformer.trainer", "label_smoothed_nll", fused_label_smoothed_nll)
-
-
-def patch_fused_topk():
-    _replace("tfxformer.decoding.beam_search", "top_extensions", fused_top_extensions)
-
-
-PATCHES = {"fused_loss": patch_fused_loss, "fused_topk": patch_fused_topk}
+# name -> (module, public function it replaces, replacement)
+PATCHES = {
+    "fused_loss": ("tfxformer.trainer", "label_smoothed_nll", fused_label_smoothed_nll),
+    "fused_topk": ("tfxformer.decoding.beam_search", "top_extensions", fused_top_extensions),
+}
 
 
 def apply(names):
@@ -87,4 +75,9 @@ def apply(names):
     for name in names.split(","):
         if name not in PATCHES:
             raise SystemExit(f"unknown --patch {name!r}; choose from {sorted(PATCHES)}")
-        PATCHES[name]()
+        module_name, attribute, replacement = PATCHES[name]
+        module = importlib.import_module(module_name)
+        if not hasattr(module, attribute) or attribute.startswith("_"):
+            raise SystemExit(f"patch {name}: {module_name}.{attribute} is not a public name "
+                             "of tfxformer any more; update bench/patches.py")
+        setattr(module, attribute, replacement)
