@@ -8,10 +8,9 @@ generated tokens per sentence. The whole call (encoder + decoding loop) is
 `tfxformer.decoding.beam_search` (or `greedy_decode`) inside one tf.function, optionally
 with jit_compile (--xla).
 
-EOS never ends a hypothesis: the model is wrapped in `NoEOS`, whose decode_step sets the EOS
-logit to -1e9 (one extra elementwise op on the (B*K, V) logits per step), and
-`max_length = extra_length = --decode-steps`, so every sentence runs to exactly that limit.
-The script checks that every output has --decode-steps tokens.
+EOS never ends a hypothesis (`eos_id=None`: EOS is an ordinary token) and
+`max_output_length = extra_length = --decode-steps`, so every sentence runs to exactly that
+limit through the public API. The script checks that every output has --decode-steps tokens.
 
   python bench/decode_speed.py                      # beam 4, fp32
   python bench/decode_speed.py --greedy --xla
@@ -30,6 +29,7 @@ import time
 
 import benchlib as bl
 import flops
+import patches
 
 ALPHA = 0.6
 
@@ -56,46 +56,21 @@ def parse_args(argv=None):
     ap.add_argument("--lengths", default=None,
                     help="scaling mode: comma-separated L; source length = decode steps = L")
     ap.add_argument("--patch", default=None,
-                    help="apply bench/whatif.py patches to tfxformer first (comma-separated: "
-                         "matmul2d, write_scatter); measures a proposed fix, not tfxformer")
+                    help="apply bench/patches.py patches to tfxformer first (comma-separated, "
+                         f"{', '.join(sorted(patches.PATCHES))}); measures a proposed fix")
     return ap.parse_args(argv)
-
-
-class NoEOS:
-    """A tfxformer.Transformer whose decode_step never lets EOS win (benchmarks only)."""
-
-    def __init__(self, model, eos_id):
-        import tensorflow as tf
-
-        self.model = model
-        self.model_config = model.model_config
-        vocab = model.model_config["vocab_size"]
-        self._eos_bias = tf.constant(
-            [-1e9 if i == eos_id else 0.0 for i in range(vocab)], tf.float32)
-
-    def encode(self, source_ids, **kwargs):
-        return self.model.encode(source_ids, **kwargs)
-
-    def init_cache(self, memory, max_length=None, **kwargs):
-        return self.model.init_cache(memory, max_length, **kwargs)
-
-    def decode_step(self, target_ids, source_mask, cache, cache_index, **kwargs):
-        logits, *rest = self.model.decode_step(target_ids, source_mask, cache, cache_index,
-                                               **kwargs)
-        return (logits + self._eos_bias, *rest)
 
 
 def build(args):
     import keras
 
     from tfxformer import Transformer
-    from tfxformer.decoding import EOS_ID
 
     bl.set_precision(args.precision)
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
     model.build()
-    return model, NoEOS(model, EOS_ID)
+    return model
 
 
 def source_ids(batch, src_len, vocab):
@@ -106,19 +81,22 @@ def source_ids(batch, src_len, vocab):
     return tf.constant(rng.integers(3, vocab, size=(batch, src_len)), tf.int32)
 
 
-def make_decode_fn(wrapped, args, steps):
+def make_decode_fn(model, args, steps):
+    """tf.function(source ids -> (ids, lengths)): the public decoders, EOS disabled."""
     import tensorflow as tf
 
     from tfxformer.decoding import beam_search, greedy_decode
 
+    static = args.xla or args.static_cache
+
     def run(src):
         if args.greedy:
-            out = greedy_decode(wrapped, src, extra_length=steps, max_length=steps,
-                                static_cache=args.xla or args.static_cache)
+            out = greedy_decode(model, src, extra_length=steps, max_output_length=steps,
+                                static_cache=static, eos_id=None)
         else:
-            out = beam_search(wrapped, src, beam_size=args.beam_size, alpha=ALPHA,
-                              extra_length=steps, max_length=steps,
-                              static_cache=args.xla or args.static_cache)
+            out = beam_search(model, src, beam_size=args.beam_size, alpha=ALPHA,
+                              extra_length=steps, max_output_length=steps, static_cache=static,
+                              eos_id=None)
         return out.ids, out.lengths
 
     return tf.function(run, jit_compile=args.xla)
@@ -134,9 +112,9 @@ def time_calls(fn, src, repeats, steps):
     return first, times, ids.shape
 
 
-def run_calls(args, wrapped, config, batch, src_len, steps):
+def run_calls(args, model, config, batch, src_len, steps):
     src = source_ids(batch, src_len, args.vocab_size)
-    fn = make_decode_fn(wrapped, args, steps)
+    fn = make_decode_fn(model, args, steps)
     first, times, shape = time_calls(fn, src, args.repeats, steps)
     beams = 1 if args.greedy else args.beam_size
     med = statistics.median(times)
@@ -159,45 +137,44 @@ def run_calls(args, wrapped, config, batch, src_len, steps):
     }
 
 
-def per_step(args, model, wrapped):
+def per_step(args, model):
     """Times one beam step at each step index i (--decode-steps steps).
 
-    The step is the model part of a beam-search step: decode_step on the B*K last tokens,
-    float32 log-softmax, top-2K over K*V candidates, and the tf.gather that reorders the
-    self-attention caches. (Sequence bookkeeping of the real loop is left out.) With the
-    default growing cache, step i attends over and reorders i + 1 positions; with
-    --static-cache (or --xla) every step works on all --decode-steps slots.
+    The step is the model part of a beam-search step, on the public decoding API: the
+    Transformer's step function (`tfxformer.decoding.transformer_decoder`) on the B*K last
+    tokens, `top_extensions` (float32 log-softmax, top-2K over K*V candidates) and the
+    tf.gather that reorders the self-attention caches. (Sequence bookkeeping of the real
+    loop is left out.) With the default growing cache, step i attends over and reorders
+    i + 1 positions; with --static-cache (or --xla) every step works on all slots.
     """
     import tensorflow as tf
+
+    from tfxformer.decoding import top_extensions, transformer_decoder
 
     batch, k, steps = args.batch_size, (1 if args.greedy else args.beam_size), args.decode_steps
     static = args.static_cache or args.xla
     src = source_ids(batch, args.src_len, args.vocab_size)
-    memory, mask = model.encode(src)
-    cache = model.init_cache(memory, steps if static else None, batch_size=batch * k)
+    start = transformer_decoder(model, src, beams=k, extra_length=steps,
+                                max_output_length=steps, static_cache=static)
+    cache, scores = start.cache, tf.zeros([batch, k])
 
     @tf.function(jit_compile=args.xla, reduce_retracing=True)
     def step(tokens, cache, i):
-        logits, cache = wrapped.decode_step(tokens, mask, cache, i, append_cache=not static,
-                                            beams=k)
-        log_probs = tf.nn.log_softmax(tf.cast(logits[:, -1], tf.float32))
-        vocab = tf.shape(log_probs)[-1]
-        scores, index = tf.math.top_k(tf.reshape(log_probs, [batch, k * vocab]), 2 * k)
-        beams = index[:, :k] // vocab
-        rows = tf.reshape(beams + tf.range(batch)[:, None] * k, [-1])
-        cache = [{"self": tf.nest.map_structure(lambda t: tf.gather(t, rows), c["self"]),
-                  "cross": c["cross"]} for c in cache]
-        return tf.reshape(index[:, :k] % vocab, [-1, 1]), cache
+        logits, cache = start.step_fn(tokens, i, cache, start.context)
+        _, beams, next_tokens = top_extensions(logits, scores, 2 * k)
+        rows = tf.reshape(beams[:, :k] + tf.range(batch)[:, None] * k, [-1])
+        cache = tf.nest.map_structure(lambda t: tf.gather(t, rows), cache)
+        return tf.reshape(next_tokens[:, :k], [-1, 1]), cache
 
     tokens = tf.fill([batch * k, 1], 2)
     rounds = []
     for r in range(1 + max(1, args.repeats)):  # round 0 traces and warms up
         c, t, ms = cache, tokens, []
         for i in range(steps):
-            start = time.perf_counter()
+            began = time.perf_counter()
             t, c = step(t, c, tf.constant(i))
             t.numpy()
-            ms.append(1e3 * (time.perf_counter() - start))
+            ms.append(1e3 * (time.perf_counter() - began))
         if r:
             rounds.append(ms)
     med = [round(statistics.median(col), 2) for col in zip(*rounds, strict=True)]
@@ -214,10 +191,8 @@ def per_step(args, model, wrapped):
 def main(argv=None):
     args = parse_args(argv)
     if args.patch:
-        import whatif
-
-        whatif.apply(args.patch)
-    model, wrapped = build(args)
+        patches.apply(args.patch)
+    model = build(args)
     head = {"bench": "translate", "system": "tfxformer " + (
                 "greedy_decode" if args.greedy else "beam_search"),
             "preset": args.preset, "vocab_size": args.vocab_size, "patch": args.patch,
@@ -227,18 +202,18 @@ def main(argv=None):
             "cache": "static" if args.xla or args.static_cache else "growing",
             "peak_gflops_for_mfu": flops.PEAK_GFLOPS}
     if args.per_step:
-        result = {**head, **per_step(args, model, wrapped)}
+        result = {**head, **per_step(args, model)}
     elif args.lengths:
         rows = []
         for length in (int(v) for v in args.lengths.split(",")):
-            row = run_calls(args, wrapped, model.model_config, args.batch_size, length, length)
+            row = run_calls(args, model, model.model_config, args.batch_size, length, length)
             bl.log(f"L={length:4d}: {row['ms_per_decode_step']} ms/step, "
                    f"{row['target_tokens_per_second']} tgt tok/s, call {row['call_s']['median']} s")
             rows.append(row)
         result = {**head, "mode": "scaling", "rows": rows}
     else:
         result = {**head, "mode": "fixed",
-                  **run_calls(args, wrapped, model.model_config, args.batch_size, args.src_len,
+                  **run_calls(args, model, model.model_config, args.batch_size, args.src_len,
                               args.decode_steps)}
     bl.emit({**result, "peak_rss_mib": bl.peak_rss_mib(), **bl.machine()})
 

@@ -19,11 +19,12 @@ Cases:
                GEMM with a (D, 3D) kernel.
   decode_logits  per-step logits of 256 hypotheses: (a) (256, 1, D) broadcast batched
                matmul; (b) (256, D) GEMM.
-  cache_write  writing one step's keys into a (256, H, L, K) cache: (a) tfxformer's _write
-               (gather + select over all L positions); (b) tf.tensor_scatter_nd_update on
-               the cache transposed to (L, ...); (c) XLA dynamic_update_slice (jit_compile);
-               (d) (a) under jit_compile; (e) tf.tensor_scatter_nd_update addressing the
-               (n, h, index) rows directly (no transposes).
+  cache_write  writing one step's keys into a (256, H, L, K) cache: (a) the select write of
+               tfxformer's static (XLA) cache (gather + select over all L positions);
+               (b) tf.tensor_scatter_nd_update on the cache transposed to (L, ...);
+               (c) XLA dynamic_update_slice (jit_compile); (d) (a) under jit_compile;
+               (e) tf.tensor_scatter_nd_update addressing the (n, h, index) rows directly
+               (no transposes).
   beam_reorder the per-step reorder of 12 self-attention cache tensors (6 layers x K/V):
                (a) 12 tf.gather; (b) one tf.gather on a stacked (12, 256, H, L, K) tensor.
   cross_attention  one decoder cross-attention core (QK^T, softmax, AV): (a) memory tiled
@@ -47,6 +48,7 @@ import argparse
 import statistics
 
 import benchlib as bl
+from patches import fused_label_smoothed_nll
 
 
 def parse_args(argv=None):
@@ -152,8 +154,6 @@ def case_cache_write(sz, repeats, length):
     import tensorflow as tf
     from tensorflow.compiler.tf2xla.python import xla
 
-    from tfxformer.layers.attention import _write
-
     n, h, k = sz["N"], sz["H"], sz["K"]
     cache = tf.random.normal((n, h, length, k))
     new = tf.random.normal((n, h, 1, k))
@@ -164,17 +164,29 @@ def case_cache_write(sz, repeats, length):
         c = tf.tensor_scatter_nd_update(c, [[i]], tf.transpose(x, [2, 0, 1, 3]))
         return tf.transpose(c, [1, 2, 0, 3])
 
-    fa = tf.function(lambda: _write(cache, new, index))
+    fa = tf.function(lambda: select_write(cache, new, index))
     fb = tf.function(lambda: scatter(cache, new, index))
     fc = tf.function(lambda: xla.dynamic_update_slice(cache, new, [0, 0, index, 0]),
                      jit_compile=True)
-    fd = tf.function(lambda: _write(cache, new, index), jit_compile=True)
+    fd = tf.function(lambda: select_write(cache, new, index), jit_compile=True)
     fe = tf.function(lambda: scatter_rows(cache, new, index))
     return compare(f"cache write (N={n}, L={length})", {
         "a_select_write": lambda: sync(fa()), "b_scatter_nd_transposed": lambda: sync(fb()),
         "c_xla_dynamic_update_slice": lambda: sync(fc()),
         "d_select_write_under_xla": lambda: sync(fd()),
         "e_scatter_nd_rows": lambda: sync(fe())}, repeats)
+
+
+def select_write(cache, new, index):
+    """cache (N, H, L, K) with positions [index, index + T) of axis 2 <- new (N, H, T, K):
+    a gather + select over all L positions, the formulation of tfxformer's static-cache
+    write in layers/attention.py (written out here: the layer's helper is private)."""
+    import tensorflow as tf
+
+    offsets = tf.range(tf.shape(cache)[2]) - index  # (L,): position - index
+    inside = tf.logical_and(offsets >= 0, offsets < tf.shape(new)[2])
+    spread = tf.gather(new, tf.clip_by_value(offsets, 0, tf.shape(new)[2] - 1), axis=2)
+    return tf.where(inside[None, None, :, None], spread, cache)
 
 
 def scatter_rows(cache, new, index):
@@ -296,22 +308,6 @@ def case_embedding_grad(sz, repeats):
     return compare("shared-embedding gradient (2 lookups + logits)", {
         "a_gather_indexed_slices": lambda: sync(fa()),
         "b_dense_scatter_add_grad": lambda: sync(fb())}, repeats)
-
-
-def fused_label_smoothed_nll(labels, logits, label_smoothing=0.1):
-    """tfxformer.losses.label_smoothed_nll from fused kernels: the NLL term by
-    sparse_softmax_cross_entropy_with_logits, the uniform term as logsumexp - mean(logits)
-    (= -mean(log_softmax)). No (B, T, V) log-softmax, no gather (whose gradient is an
-    UnsortedSegmentSum into a dense (B, T, V) tensor)."""
-    import tensorflow as tf
-
-    logits = tf.cast(logits, tf.float32)
-    labels = tf.cast(labels, tf.int32)
-    nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    smooth = tf.reduce_logsumexp(logits, axis=-1) - tf.reduce_mean(logits, axis=-1)
-    per_token = (1.0 - label_smoothing) * nll + label_smoothing * smooth
-    mask = tf.cast(tf.not_equal(labels, 0), tf.float32)
-    return tf.reduce_sum(per_token * mask), tf.reduce_sum(mask)
 
 
 def case_loss(sz, repeats):

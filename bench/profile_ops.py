@@ -28,6 +28,7 @@ import tempfile
 import time
 
 import benchlib as bl
+import patches
 
 CONTAINERS = {"StatefulPartitionedCall", "PartitionedCall", "While", "StatelessWhile", "If",
               "StatelessIf", "Case", "_XlaRun", "_XlaCompile"}
@@ -48,7 +49,7 @@ def parse_args(argv=None):
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--logdir", default=None)
     ap.add_argument("--patch", default=None,
-                    help="apply bench/whatif.py patches first (profile a proposed fix)")
+                    help="apply bench/patches.py patches first (profile a proposed fix)")
     ap.add_argument("--inter-op", type=int, default=1,
                     help="TF inter-op threads; 1 (default) runs one op at a time, so op "
                          "durations do not overlap and add up to the step; 0 = TF default")
@@ -75,10 +76,10 @@ def workload(args):
         "--preset", args.preset, "--vocab-size", str(args.vocab_size),
         "--precision", args.precision, "--beam-size", str(args.beam_size)]
         + (["--greedy"] if args.what == "greedy" else []))
-    _, wrapped = decode_speed.build(dargs)
+    model = decode_speed.build(dargs)
     batch, src_len = args.batch_size or 64, args.src_len or 24
     src = decode_speed.source_ids(batch, src_len, args.vocab_size)
-    fn = decode_speed.make_decode_fn(wrapped, dargs, args.decode_steps)
+    fn = decode_speed.make_decode_fn(model, dargs, args.decode_steps)
     run = lambda: [t.numpy() for t in fn(src)]
     run()
     beams = "greedy" if args.what == "greedy" else f"beam {args.beam_size}"
@@ -170,9 +171,7 @@ def main(argv=None):
     args = parse_args(argv)
     tf.config.threading.set_inter_op_parallelism_threads(args.inter_op)
     if args.patch:
-        import whatif
-
-        whatif.apply(args.patch)
+        patches.apply(args.patch)
     run, what = workload(args)
     logdir = args.logdir or tempfile.mkdtemp(prefix="tfx_profile_")
     tf.profiler.experimental.start(logdir)

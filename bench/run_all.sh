@@ -37,9 +37,8 @@ run profile_beam                  bench/profile_ops.py --what beam --steps 2
 run microbench                    bench/microbench.py
 run microbench_loss               bench/microbench.py --cases loss
 run train_fp32_xla_vs_kerashub    bench/train_speed.py $T --xla --peer keras-hub
-run whatif_beam_write_rows        bench/whatif.py --what beam --patch write_rows --repeats 3 --static-cache
 run whatif_beam_fused_topk        bench/whatif.py --what beam --patch fused_topk --repeats 3
-run whatif_beam_rows_topk         bench/whatif.py --what beam --patch write_rows,fused_topk --repeats 5 --static-cache
+run decode_compaction             bench/decode_compaction.py
 run complexity                    bench/complexity.py
 # CTranslate2 in the same sitting (needs `pip install ctranslate2 numpy` in some venv: CT2PY)
 CT2PY=${CT2PY:-/tmp/ct2venv/bin/python}
@@ -59,4 +58,5 @@ run smoke_decode_per_step         bench/decode_speed.py $S --repeats 1 --per-ste
 run smoke_complexity              bench/complexity.py --d-model 64 --lengths 16,64 --repeats 1 --plot /tmp/complexity_smoke.png
 run smoke_profile                 bench/profile_ops.py $S --what beam --steps 1 --top 5
 run smoke_microbench              bench/microbench.py --small --repeats 1
-run smoke_whatif                  bench/whatif.py $S --what beam --patch write_rows,fused_topk --repeats 1 --static-cache
+run smoke_whatif                  bench/whatif.py $S --what beam --patch fused_topk --repeats 1
+run smoke_decode_compaction       bench/decode_compaction.py $S --long-len 40 --repeats 1

@@ -29,6 +29,7 @@ import time
 
 import benchlib as bl
 import flops
+import patches
 
 
 def parse_args(argv=None):
@@ -49,8 +50,8 @@ def parse_args(argv=None):
                          "batch = --tokens-per-batch // L")
     ap.add_argument("--tokens-per-batch", type=int, default=4096)
     ap.add_argument("--patch", default=None,
-                    help="apply bench/whatif.py patches to tfxformer first (comma-separated: "
-                         "matmul2d, write_scatter); measures a proposed fix, not tfxformer")
+                    help="apply bench/patches.py patches to tfxformer first (comma-separated, "
+                         f"{', '.join(sorted(patches.PATCHES))}); measures a proposed fix")
     return ap.parse_args(argv)
 
 
@@ -152,9 +153,7 @@ def main(argv=None):
         raise SystemExit("--steps must be >= 1 and --warmup >= 0")
     policy = bl.set_precision(args.precision)
     if args.patch:
-        import whatif
-
-        whatif.apply(args.patch)
+        patches.apply(args.patch)
     config, params, step = build_tfxformer(args)
     peer_step, peer_name = None, None
     if args.peer == "keras-hub":

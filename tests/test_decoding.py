@@ -3,13 +3,24 @@
 import itertools
 import math
 
+import decoding_reference as reference
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tfxformer import Transformer
-from tfxformer.decoding import BOS_ID, EOS_ID, beam_search, greedy_decode, length_penalty
-from tfxformer.decoding.greedy import next_token_log_probs
+from tfxformer.decoding import (
+    BOS_ID,
+    EOS_ID,
+    DecodeStart,
+    beam_search,
+    greedy_decode,
+    greedy_search,
+    length_penalty,
+    sequence_beam_search,
+)
+from tfxformer.decoding.adapter import output_limits
+from tfxformer.decoding.common import next_token_log_probs
 
 VOCAB = 40
 SOURCE = tf.constant([[5, 6, 7, 8, 9, 3], [10, 11, 3, 0, 0, 0], [12, 3, 0, 0, 0, 0]])
@@ -24,34 +35,40 @@ def model():
 
 
 class BigramStub:
-    """A model with forced log-probabilities: the next token depends on the last one only.
+    """A step function with forced log-probabilities: the next token depends on the last
+    one only, and from position `stop` of a sentence (its source's first id) EOS gets
+    `stop_bonus` more logit. `table[prev] = {token: probability}`; missing entries get
+    probability ~0. Records the rows of every step (eager mode)."""
 
-    Same interface as Transformer (encode, init_cache, decode_step, model_config).
-    `table[prev] = {token: probability}`; missing entries get probability ~0.
-    """
-
-    def __init__(self, table, vocab_size=8, max_length=64):
+    def __init__(self, table, vocab_size=8, max_length=64, stop_bonus=0.0):
         probs = np.full((vocab_size, vocab_size), 1e-12)
         for prev, row in table.items():
             for token, p in row.items():
                 probs[prev, token] = p
         probs /= probs.sum(axis=1, keepdims=True)
         self.log_probs = tf.constant(np.log(probs), tf.float32)
-        self.model_config = {"max_positions": max_length}
-        self.steps = 0  # decode_step calls (counted in eager mode)
+        self.max_length, self.stop_bonus = max_length, stop_bonus
+        self.rows = []  # rows of each step_fn call
 
-    def encode(self, source_ids):
-        return tf.cast(source_ids, tf.float32)[..., None], tf.not_equal(source_ids, 0)
+    @property
+    def steps(self):
+        return len(self.rows)
 
-    def init_cache(self, memory, max_length=None, batch_size=None):
-        rows = tf.shape(memory)[0] if batch_size is None else batch_size
-        zeros = tf.zeros([rows, 1, 0 if max_length is None else max_length, 1])
-        return [{"self": {"key": zeros, "value": zeros},
-                 "cross": {"key": memory[:, None], "value": memory[:, None]}}]
+    def start(self, source_ids, beams=1, extra_length=50, static_cache=False):
+        source_ids = tf.convert_to_tensor(source_ids)
+        mask = tf.not_equal(source_ids, 0)
+        limits, length = output_limits(mask, self.max_length, extra_length)
+        batch = tf.shape(source_ids)[0]
+        cache = {"rows": tf.zeros([batch * beams, 1])}  # per hypothesis, never read
 
-    def decode_step(self, ids, source_mask, cache, cache_index, append_cache=False, beams=1):
-        self.steps += 1
-        return tf.gather(self.log_probs, ids[:, -1])[:, None, :], cache
+        def step_fn(ids, index, cache, context):
+            self.rows.append(int(ids.shape[0]) if ids.shape[0] is not None else None)
+            stop = tf.repeat(context["stop"], tf.shape(ids)[0] // tf.shape(context["stop"])[0])
+            bonus = tf.where(index >= stop, self.stop_bonus, 0.0)[:, None]
+            eos = tf.one_hot(EOS_ID, self.log_probs.shape[0])[None]
+            return tf.gather(self.log_probs, ids[:, -1]) + bonus * eos, cache
+
+        return DecodeStart(step_fn, cache, {"stop": source_ids[:, 0]}, limits, length)
 
 
 def _hypotheses(ids, lengths):
@@ -115,9 +132,9 @@ def test_forced_logits_yield_the_known_sequence():
     stub = BigramStub({BOS_ID: {4: 0.9, 3: 0.1}, 4: {5: 0.9, 3: 0.1}, 5: {6: 0.9, 3: 0.1},
                        6: {7: 0.9, 3: 0.1}, 7: {EOS_ID: 1.0}})
     source = tf.constant([[4, 4, 3]])
-    greedy = greedy_decode(stub, source)
+    greedy = greedy_search(stub.start(source))
     assert _hypotheses(greedy.ids, greedy.lengths) == [[4, 5, 6, 7, EOS_ID]]
-    beam = beam_search(stub, source, beam_size=3, alpha=0.6)
+    beam = sequence_beam_search(stub.start(source, beams=3), beam_size=3, alpha=0.6)
     assert _hypotheses(beam.ids[:, 0], beam.lengths[:, 0]) == [[4, 5, 6, 7, EOS_ID]]
     expected = 4 * math.log(0.9) / ((5 + 5) / 6) ** 0.6
     np.testing.assert_allclose(beam.scores[0, 0], expected, rtol=1e-5)
@@ -152,8 +169,8 @@ def test_length_penalty_changes_the_choice_as_the_formula_says(alpha, expected):
     score, best = _exhaustive_best(PENALTY_TABLE, alpha, limit)
     assert best == expected
     stub = BigramStub(PENALTY_TABLE)
-    out = beam_search(stub, tf.constant([[A, EOS_ID]]), beam_size=4, alpha=alpha,
-                      extra_length=limit - 2)
+    out = sequence_beam_search(stub.start([[A, EOS_ID]], beams=4, extra_length=limit - 2),
+                               beam_size=4, alpha=alpha)
     assert _hypotheses(out.ids[:, 0], out.lengths[:, 0]) == [expected]
     np.testing.assert_allclose(out.scores[0, 0], score, rtol=1e-5)
 
@@ -162,7 +179,8 @@ def test_beam_search_stops_early_when_no_alive_hypothesis_can_win():
     """BOS -> EOS 0.6 | a 0.4; a -> EOS 0.5 | a 0.5. With beam 2 and α = 0, after step 3
     the best alive (0.4 · 0.5²) is below the worst finished ([a, EOS], 0.2): stop."""
     stub = BigramStub({BOS_ID: {EOS_ID: 0.6, A: 0.4}, A: {EOS_ID: 0.5, A: 0.5}})
-    out = beam_search(stub, tf.constant([[A] * 10 + [EOS_ID]]), beam_size=2, alpha=0.0)
+    out = sequence_beam_search(stub.start([[A] * 10 + [EOS_ID]], beams=2), beam_size=2,
+                               alpha=0.0)
     assert _hypotheses(out.ids[0], out.lengths[0]) == [[EOS_ID], [A, EOS_ID]]
     assert stub.steps == 3  # the limit is 11 + 50 tokens
 
@@ -194,13 +212,14 @@ def test_decoders_compile_with_xla():
     stub = BigramStub(PENALTY_TABLE)
     source = tf.constant([[A, A, EOS_ID], [A, EOS_ID, 0]])
     compiled = tf.function(
-        lambda s: beam_search(stub, s, beam_size=3, alpha=1.0, static_cache=True),
+        lambda s: sequence_beam_search(stub.start(s, beams=3, static_cache=True), 3, 1.0,
+                                       static_cache=True),
         jit_compile=True)(source)
-    eager = beam_search(stub, source, beam_size=3, alpha=1.0)
+    eager = sequence_beam_search(stub.start(source, beams=3), beam_size=3, alpha=1.0)
     np.testing.assert_array_equal(compiled.ids, eager.ids)
-    greedy = tf.function(lambda s: greedy_decode(stub, s, static_cache=True),
+    greedy = tf.function(lambda s: greedy_search(stub.start(s), static_cache=True),
                          jit_compile=True)(source)
-    np.testing.assert_array_equal(greedy.ids, greedy_decode(stub, source).ids)
+    np.testing.assert_array_equal(greedy.ids, greedy_search(stub.start(source)).ids)
 
 
 def test_transformer_cache_compiles_with_xla(model):
@@ -223,7 +242,98 @@ def test_growing_and_static_caches_decode_alike(model, beam_size):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(beam_size=0), "beam_size.*>= 1.*0"), (dict(beam_size=2.5), "beam_size"),
-    (dict(alpha=-0.5), "alpha.*>= 0.*-0.5"), (dict(extra_length=-1), "extra_length.*-1")])
-def test_bad_options_are_named(kwargs, message):
+    (dict(alpha=-0.5), "alpha.*>= 0.*-0.5"), (dict(extra_length=-1), "extra_length.*-1"),
+    (dict(max_output_length=0), "max_output_length.*0"),
+    (dict(max_output_length=5, max_length=6), "max_output_length.*max_length"),
+    (dict(eos_id=-2), "eos_id.*-2"), (dict(eos_id=0), "eos_id.*pad_id")])
+def test_bad_options_are_named(model, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        beam_search(BigramStub(PENALTY_TABLE), tf.constant([[A, EOS_ID]]), **kwargs)
+        beam_search(model, tf.constant([[A, EOS_ID]]), **kwargs)
+
+
+def _mixed_lengths(lengths=(2, 9, 3, 12, 5, 1, 7, 4), seed=0):
+    """Sources of the given lengths (EOS included), padded: sentences end apart."""
+    rng = np.random.default_rng(seed)
+    source = np.zeros((len(lengths), max(lengths)), np.int32)
+    for b, n in enumerate(lengths):
+        source[b, :n - 1] = rng.integers(4, VOCAB, n - 1)
+        source[b, n - 1] = EOS_ID
+    return tf.constant(source)
+
+
+class EOSBiased:
+    """The Transformer with `bias` added to its EOS logit: random weights then end some
+    sentences by EOS, others at their limits (the same model for both decoders)."""
+
+    def __init__(self, model, bias):
+        self.model, self.model_config = model, model.model_config
+        self.bias = tf.one_hot(EOS_ID, model.model_config["vocab_size"]) * bias
+
+    def encode(self, source_ids):
+        return self.model.encode(source_ids)
+
+    def init_cache(self, *args, **kwargs):
+        return self.model.init_cache(*args, **kwargs)
+
+    def decode_step(self, *args, **kwargs):
+        logits, cache = self.model.decode_step(*args, **kwargs)
+        return logits + self.bias, cache
+
+
+@pytest.mark.parametrize("static_cache", [False, True])
+@pytest.mark.parametrize("decoder", ["greedy", 1, 4])
+def test_decoders_equal_the_reference_on_mixed_lengths(model, decoder, static_cache):
+    """Finished sentences leaving the batch change no output: the decoders equal the
+    algorithm before that change (tests/decoding_reference.py: every sentence runs until
+    the last is done), for greedy and beams 1 and 4, growing and static caches, on
+    sentences that end by EOS or at their limits at different steps."""
+    source, model = _mixed_lengths(), EOSBiased(model, 1.5)
+    if decoder == "greedy":
+        out = greedy_decode(model, source, extra_length=6, static_cache=static_cache)
+        expected = reference.greedy_decode(model, source, 6, static_cache)
+    else:
+        out = beam_search(model, source, beam_size=decoder, alpha=0.6, extra_length=6,
+                          static_cache=static_cache)
+        expected = reference.beam_search(model, source, decoder, 0.6, 6, static_cache)
+    np.testing.assert_array_equal(out.ids, expected[0])
+    np.testing.assert_array_equal(out.lengths, expected[1])
+    np.testing.assert_allclose(out.scores, expected[2], rtol=1e-5, atol=1e-5)
+
+
+# A repeats until position `stop` (the source's first id), where EOS takes over.
+STOPPING = {BOS_ID: {A: 0.9, EOS_ID: 0.1}, A: {A: 0.9, EOS_ID: 0.1}}
+STOPS = [[1, EOS_ID], [4, EOS_ID], [2, EOS_ID]]
+
+
+@pytest.mark.parametrize("static_cache, rows", [(False, [3, 3, 2, 1, 1]), (True, [3] * 5)])
+def test_finished_sentences_leave_the_batch(static_cache, rows):
+    """Greedy: sentences end after 2, 5 and 3 tokens; with the growing cache the step
+    function then sees only the rows still running, and each result is at its place."""
+    stub = BigramStub(STOPPING, stop_bonus=20.0)
+    out = greedy_search(stub.start(STOPS), static_cache=static_cache)
+    assert _hypotheses(out.ids, out.lengths) == [[A, EOS_ID], [A] * 4 + [EOS_ID],
+                                                 [A, A, EOS_ID]]
+    assert stub.rows == rows
+
+
+def test_beam_rows_follow_the_sentences_still_running():
+    stub, static = BigramStub(STOPPING, stop_bonus=20.0), BigramStub(STOPPING, stop_bonus=20.0)
+    out = sequence_beam_search(stub.start(STOPS, beams=2), beam_size=2, alpha=0.6)
+    full = sequence_beam_search(static.start(STOPS, beams=2, static_cache=True), beam_size=2,
+                                alpha=0.6, static_cache=True)
+    np.testing.assert_array_equal(out.ids, full.ids)
+    np.testing.assert_allclose(out.scores, full.scores, rtol=1e-6)
+    assert _hypotheses(out.ids[:, 0], out.lengths[:, 0]) == [
+        [A, EOS_ID], [A] * 4 + [EOS_ID], [A, A, EOS_ID]]
+    assert stub.steps == static.steps and stub.rows[0] == 6 and stub.rows[-1] == 2
+    assert all(a >= b for a, b in zip(stub.rows, stub.rows[1:], strict=False))
+    assert sum(stub.rows) < sum(static.rows)
+
+
+def test_no_eos_id_runs_every_sentence_to_its_limit():
+    """eos_id=None (benchmarks): EOS is an ordinary token, each sentence runs to its limit."""
+    stub = BigramStub(STOPPING, stop_bonus=20.0)
+    out = greedy_search(stub.start(STOPS, extra_length=4), eos_id=None)
+    np.testing.assert_array_equal(out.lengths, [6, 6, 6])
+    beam = sequence_beam_search(stub.start(STOPS, beams=2, extra_length=4), 2, 0.6, eos_id=None)
+    np.testing.assert_array_equal(beam.lengths, [[6, 6]] * 3)

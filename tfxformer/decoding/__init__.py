@@ -1,24 +1,29 @@
-"""Incremental decoding on the key/value cache: greedy (the reference) and beam search (§6.1)."""
+"""Incremental decoding: greedy (the reference) and beam search (§6.1) on a step function.
 
+`common` holds what both searches share (:class:`DecodeStart`, the step-function
+contract, finished sentences leaving the batch); `adapter.transformer_decoder` turns a
+Transformer and a source batch into a :class:`DecodeStart`; `greedy_decode` and
+`beam_search` are the two together.
+"""
+
+from tfxformer.decoding.adapter import position_cap, transformer_decoder
 from tfxformer.decoding.beam_search import (
     DEFAULT_ALPHA,
     DEFAULT_BEAM_SIZE,
     BeamSearchOutput,
+    BeamState,
     beam_search,
     length_penalty,
+    sequence_beam_search,
+    top_extensions,
 )
-from tfxformer.decoding.greedy import (
-    BOS_ID,
-    DEFAULT_EXTRA_LENGTH,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
-    DecodeOutput,
-    greedy_decode,
-)
+from tfxformer.decoding.common import DEFAULT_EXTRA_LENGTH, DecodeStart
+from tfxformer.decoding.greedy import DecodeOutput, GreedyState, greedy_decode, greedy_search
+from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = [
     "BOS_ID", "DEFAULT_ALPHA", "DEFAULT_BEAM_SIZE", "DEFAULT_EXTRA_LENGTH", "EOS_ID", "PAD_ID",
-    "UNK_ID", "BeamSearchOutput", "DecodeOutput", "beam_search", "greedy_decode",
-    "length_penalty",
+    "UNK_ID", "BeamSearchOutput", "BeamState", "DecodeOutput", "DecodeStart", "GreedyState",
+    "beam_search", "greedy_decode", "greedy_search", "length_penalty", "position_cap",
+    "sequence_beam_search", "top_extensions", "transformer_decoder",
 ]

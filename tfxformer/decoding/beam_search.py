@@ -1,4 +1,4 @@
-"""Beam search with the GNMT length penalty (§6.1), on the decoder's key/value cache.
+"""Beam search with the GNMT length penalty (§6.1), on a step function.
 
 §6.1: "we used beam search with a beam size of 4 and length penalty α = 0.6 ... We set
 the maximum output length during inference to input length + 50, but terminate early
@@ -11,32 +11,24 @@ reaching the length limit), apart. Each step extends every alive hypothesis by e
 token and takes the 2·beam_size best candidates. Those of the best beam_size that end
 join `finished` (as in fairseq and OpenNMT: an ending candidate outside the beam is
 dropped, so beam 1 is greedy decoding); the best beam_size that do not end stay alive
-(2·beam_size candidates always hold enough). The model runs on B·beam rows: the
-self-attention caches follow their hypotheses with one `tf.gather` per step; the
-cross-attention cache, equal for all beams of a sentence, is kept once per sentence
-(the beams' queries attend to it as extra query rows) and never moved.
+(2·beam_size candidates always hold enough). The step function runs on B'·K rows (B'
+sentences still running): the per-hypothesis cache follows its hypotheses with one
+`tf.gather` per step; the per-sentence context (the cross-attention memory) is shared by
+the K beams and never moved, except when finished sentences leave the batch.
 
-Shapes: B batch, K beam size, S source length, L cache length, V vocabulary.
+Shapes: B batch, B' sentences still running, K beam size, L output columns, V vocabulary.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from tfxformer.decoding.greedy import (
-    BOS_ID,
-    DEFAULT_EXTRA_LENGTH,
-    EOS_ID,
-    NEG_INF,
-    PAD_ID,
-    cache_invariants,
-    checked,
-    decode_limits,
-    next_token_log_probs,
-    write_column,
-)
+from tfxformer.decoding import common
+from tfxformer.decoding.adapter import output_length_alias, transformer_decoder
+from tfxformer.decoding.common import NEG_INF, DecodeStart
+from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
 DEFAULT_BEAM_SIZE = 4
 DEFAULT_ALPHA = 0.6
@@ -52,24 +44,39 @@ class BeamSearchOutput(NamedTuple):
     scores: tf.Tensor
 
 
+class BeamState(NamedTuple):
+    """The `tf.while_loop` state of :func:`sequence_beam_search` (running sentences)."""
+
+    i: tf.Tensor  # () int32 tokens generated so far
+    rows: tf.Tensor  # (B',) int32 batch position of each running sentence
+    limits: tf.Tensor  # (B',) int32 output tokens allowed
+    alive_seq: tf.Tensor  # (B', K, L + 1) int32, column 0 BOS
+    alive_log_probs: tf.Tensor  # (B', K) float32 log P of each alive hypothesis
+    finished_seq: tf.Tensor  # (B', K, L + 1) int32
+    finished_scores: tf.Tensor  # (B', K) float32 log P / lp, NEG_INF for empty slots
+    finished_flags: tf.Tensor  # (B', K) bool: a real finished hypothesis
+    cache: Any  # leaves (B' * K, ...), row b * K + k: alive hypothesis k of sentence b
+    context: Any  # leaves (B', ...)
+
+
 def length_penalty(length, alpha):
     """GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016; §6.1), float32."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
 
 
-def _check_options(beam_size, alpha):
+def check_options(beam_size, alpha):
     """Python values are checked now; tensors get graph assertions (clear errors)."""
     if isinstance(beam_size, (tf.Tensor, tf.Variable)):
-        beam_size = checked(tf.cast(beam_size, tf.int32), tf.debugging.assert_positive,
-                            "`beam_size` must be >= 1")
+        beam_size = common.checked(tf.cast(beam_size, tf.int32), tf.debugging.assert_positive,
+                                   "`beam_size` must be >= 1")
     elif isinstance(beam_size, bool) or int(beam_size) != beam_size or beam_size < 1:
         raise ValueError(f"`beam_size` must be an integer >= 1, got {beam_size!r}.")
     else:
         beam_size = int(beam_size)
     if isinstance(alpha, (tf.Tensor, tf.Variable)):
         # α >= 0 makes lp non-decreasing in |Y|, which the early stop relies on.
-        alpha = checked(tf.cast(alpha, tf.float32), tf.debugging.assert_non_negative,
-                        "`alpha` must be >= 0")
+        alpha = common.checked(tf.cast(alpha, tf.float32), tf.debugging.assert_non_negative,
+                               "`alpha` must be >= 0")
     elif not float(alpha) >= 0.0:
         raise ValueError(f"`alpha` (length penalty exponent) must be >= 0, got {alpha!r}.")
     else:
@@ -77,28 +84,187 @@ def _check_options(beam_size, alpha):
     return beam_size, alpha
 
 
-def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
-                extra_length=DEFAULT_EXTRA_LENGTH, max_length=None, static_cache=False):
-    """Translates a batch with beam search and the GNMT length penalty (§6.1).
+def top_extensions(logits, alive_log_probs, count, pad_id=PAD_ID, bos_id=BOS_ID):
+    """The `count` best one-token extensions of each sentence's alive hypotheses.
 
-    Runs inside one `tf.while_loop` (graph-safe; XLA-compatible when `beam_size` and
-    `extra_length` are Python ints). Logits are computed for the last position only and
-    normalized with a float32 log_softmax; PAD and BOS are never generated. A sentence
-    is done when it reaches its length limit, or when its best alive hypothesis, even
-    at the longest length (the best lp for α >= 0), cannot beat the worst of beam_size
-    finished ones, so the returned n-best list is the one of the full search. The loop
-    stops when every sentence is done.
+    logits (B'·K, V) (or (B'·K, 1, V)), alive_log_probs (B', K) -> (log P (B', count)
+    float32, best first; the hypothesis each extends (B', count); its token (B', count)).
+    """
+    log_probs = common.next_token_log_probs(logits, pad_id, bos_id)  # (B'·K, V)
+    k = alive_log_probs.shape[1] or tf.shape(alive_log_probs)[1]
+    batch, vocab = tf.shape(alive_log_probs)[0], tf.shape(log_probs)[-1]
+    log_probs = tf.reshape(log_probs, [batch, k, vocab]) + alive_log_probs[:, :, None]
+    log_probs, index = tf.math.top_k(tf.reshape(log_probs, [batch, k * vocab]), k=count)
+    return log_probs, index // vocab, index % vocab
+
+
+def sequence_beam_search(start: DecodeStart, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
+                         eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_ID, static_cache=False):
+    """Beam search with the GNMT length penalty on a step function (§6.1).
+
+    Runs inside one `tf.while_loop` (graph-safe; with `static_cache=True` and a Python
+    `beam_size` XLA-compatible). Logits are normalized with a float32 log_softmax; PAD
+    and BOS are never generated. A sentence is done when it reaches its limit, or when
+    its best alive hypothesis, even at its longest length (the best lp for α >= 0),
+    cannot beat the worst of beam_size finished ones, so the n-best list is the one of
+    the full search. Without `static_cache` a done sentence leaves the batch (see
+    :mod:`common`); the loop stops when every sentence is done.
 
     Args:
-        model: a :class:`tfxformer.Transformer` (or any object with `encode`,
-            `init_cache`, `decode_step` and `model_config["max_length"]`).
+        start: a :class:`DecodeStart` with `beam_size` hypotheses per sentence (cache
+            rows b * K + k).
+        beam_size: K >= 1; a Python int or a scalar int tensor.
+        alpha: length penalty exponent α >= 0 (0 = plain log-probability).
+        eos_id: the token that ends a hypothesis; None: none does (run to the limits).
+        pad_id: written after a hypothesis' end; bos_id: the first decoder input.
+        static_cache: the step function keeps every shape fixed (XLA); sentences then
+            stay in the batch until all are done.
+
+    Returns:
+        :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K)).
+    """
+    beam_size, alpha = check_options(beam_size, alpha)
+    search = _Search(start.step_fn, beam_size, alpha, common.check_ids(eos_id, pad_id, bos_id),
+                     pad_id, bos_id)
+    batch = tf.shape(start.limits)[0]
+    state = search.initial_state(start)
+    out = (tf.fill([batch, beam_size, start.max_length], pad_id),
+           tf.fill([batch, beam_size], NEG_INF))
+
+    def body(state, out_ids, out_scores):
+        state = search.step(state)
+        if static_cache:
+            return state, out_ids, out_scores
+        done = search.done(state)
+        return tf.cond(tf.reduce_any(done),
+                       lambda: search.leave(state, done, out_ids, out_scores),
+                       lambda: (state, out_ids, out_scores))
+
+    def cond(state, out_ids, out_scores):
+        return (state.i < start.max_length) & ~tf.reduce_all(search.done(state))
+
+    invariants = (common.loop_invariants(state, static_cache), out[0].shape, out[1].shape)
+    state, out_ids, out_scores = tf.while_loop(cond, body, (state, *out),
+                                               shape_invariants=invariants)
+    # Sentences still in the batch (all of them with a static cache).
+    ids, scores = search.result(state)
+    out_ids = common.scatter_rows(out_ids, state.rows, ids)
+    out_scores = common.scatter_rows(out_scores, state.rows, scores)
+    lengths = tf.reduce_sum(tf.cast(out_ids != pad_id, tf.int32), axis=-1)
+    return BeamSearchOutput(out_ids, lengths, out_scores)
+
+
+def _gather(x, index):
+    """x (B', N, ...) and index (B', M) -> (B', M, ...): x[b, index[b, m]]."""
+    return tf.gather(x, index, batch_dims=1)
+
+
+class _Search:
+    """The loop pieces of :func:`sequence_beam_search` on a :class:`BeamState`."""
+
+    def __init__(self, step_fn, beam_size, alpha, eos_id, pad_id, bos_id):
+        self.step_fn, self.beam_size, self.alpha = step_fn, beam_size, alpha
+        self.eos_id, self.pad_id, self.bos_id = eos_id, pad_id, bos_id
+
+    def initial_state(self, start):
+        k, batch = self.beam_size, tf.shape(start.limits)[0]
+        # Only beam 0 is live at first: the K beams start identical.
+        first = tf.concat([tf.zeros([1]), tf.fill([k - 1], NEG_INF)], axis=0)
+        seq = common.write_column(tf.fill([batch, k, start.max_length + 1], self.pad_id), 0,
+                                  tf.fill([batch, k], self.bos_id))
+        return BeamState(
+            i=tf.constant(0), rows=tf.range(batch), limits=start.limits, alive_seq=seq,
+            alive_log_probs=tf.tile(first[None], [batch, 1]), finished_seq=seq,
+            finished_scores=tf.fill([batch, k], NEG_INF),
+            finished_flags=tf.zeros([batch, k], tf.bool), cache=start.cache,
+            context=start.context)
+
+    def done(self, state):
+        """(B',) bool: at its limit, or no alive hypothesis could still win (§6.1)."""
+        best_alive = state.alive_log_probs[:, 0] / length_penalty(state.limits, self.alpha)
+        worst_finished = tf.reduce_min(state.finished_scores, axis=1)
+        bound_met = tf.reduce_all(state.finished_flags, axis=1) & (worst_finished > best_alive)
+        return bound_met | (state.i >= state.limits)
+
+    def step(self, state):
+        i, k = state.i, self.beam_size
+        seq, log_probs, beams, tokens, cache = self._grow(state)
+        ended = tf.equal(tokens, self.eos_id) | (i + 1 >= state.limits[:, None])  # (B', 2K)
+        # Only the K best extensions of a step may finish (they are the beam; so beam 1
+        # is greedy), and none that descends from no real hypothesis.
+        in_beam = tf.range(2 * k) < k
+        ended_real = ended & in_beam[None, :] & (log_probs > NEG_INF / 2)
+
+        alive_log_probs = tf.where(ended, NEG_INF, log_probs)
+        alive_log_probs, alive = tf.math.top_k(alive_log_probs, k=k)  # (B', K)
+        batch = tf.shape(alive)[0]
+        rows = tf.reshape(_gather(beams, alive) + tf.range(batch)[:, None] * k, [-1])
+
+        scores = tf.where(ended_real, log_probs / length_penalty(i + 1, self.alpha), NEG_INF)
+        scores = tf.concat([state.finished_scores, scores], axis=1)  # (B', 3K)
+        scores, best = tf.math.top_k(scores, k=k)
+        return state._replace(
+            i=i + 1, alive_seq=_gather(seq, alive), alive_log_probs=alive_log_probs,
+            finished_seq=_gather(tf.concat([state.finished_seq, seq], axis=1), best),
+            finished_scores=scores,
+            finished_flags=_gather(tf.concat([state.finished_flags, ended_real], axis=1), best),
+            cache=common.gather_rows(cache, rows))
+
+    def _grow(self, state):
+        """Scores every one-token extension of the alive hypotheses; keeps the best 2K."""
+        i = state.i
+        tokens = tf.reshape(state.alive_seq[:, :, i], [-1, 1])  # (B'·K, 1), the last token
+        logits, cache = self.step_fn(tokens, i, state.cache, state.context)
+        log_probs, beams, tokens = top_extensions(logits, state.alive_log_probs,
+                                                  2 * self.beam_size, self.pad_id, self.bos_id)
+        seq = common.write_column(_gather(state.alive_seq, beams), i + 1, tokens)
+        return seq, log_probs, beams, tokens, cache  # (B', 2K, L + 1), (B', 2K) x 3
+
+    def result(self, state):
+        """(ids (B', K, L), scores (B', K)): finished hypotheses, best first; the alive
+        ones for a sentence with none."""
+        any_finished = tf.reduce_any(state.finished_flags, axis=1)
+        alive_scores = state.alive_log_probs / length_penalty(state.i, self.alpha)
+        seq = tf.where(any_finished[:, None, None], state.finished_seq, state.alive_seq)
+        scores = tf.where(any_finished[:, None], state.finished_scores, alive_scores)
+        return seq[:, :, 1:], scores
+
+    def leave(self, state, done, out_ids, out_scores):
+        """Writes the done sentences' n-best lists at their batch positions and keeps the
+        rows of the others: sentence fields and context by sentence, cache by hypothesis."""
+        ids, scores = self.result(state)
+        gone = tf.boolean_mask(state.rows, done)
+        out_ids = common.scatter_rows(out_ids, gone, tf.boolean_mask(ids, done))
+        out_scores = common.scatter_rows(out_scores, gone, tf.boolean_mask(scores, done))
+        keep = common.running(done)
+        fields = {name: common.gather_rows(value, keep)
+                  for name, value in state._asdict().items() if name not in ("i", "cache")}
+        cache = common.gather_rows(state.cache, common.hypothesis_rows(keep, self.beam_size))
+        return BeamState(i=state.i, cache=cache, **fields), out_ids, out_scores
+
+
+def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
+                extra_length=common.DEFAULT_EXTRA_LENGTH, max_output_length=None,
+                static_cache=False, *, eos_id=EOS_ID, max_length=None):
+    """Translates a batch with beam search and the GNMT length penalty (§6.1).
+
+    :func:`transformer_decoder` (encode once; the key/value cache) fed to
+    :func:`sequence_beam_search`. XLA-compatible with `static_cache=True` when
+    `beam_size` and `extra_length` are Python ints.
+
+    Args:
+        model: a :class:`tfxformer.Transformer`.
         source_ids: (B, S) int ids, PAD 0, each row ending with EOS.
         beam_size: K >= 1 (default 4); a Python int or a scalar int tensor.
         alpha: length penalty exponent α >= 0 (default 0.6; 0 = plain log-probability).
         extra_length: output tokens allowed beyond the source length (default 50).
-        max_length: optional lower cap on output tokens than the model's positions.
+        max_output_length: optional lower cap on output tokens than the model's positions
+            (`max_length` is its former name, still accepted).
         static_cache: keep the self-attention cache at its full length L (needed under
-            XLA); by default it grows by one position per step (cheaper without XLA).
+            XLA; finished sentences then stay in the batch); by default it grows by one
+            position per step and finished sentences leave the batch.
+        eos_id: the end token (default EOS 3); None: no token ends a hypothesis (each
+            runs to its limit, as benchmarks want).
 
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K)).
@@ -109,117 +275,9 @@ def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_AL
     >>> out.ids.shape[:2], out.scores.shape
     (TensorShape([1, 2]), TensorShape([1, 2]))
     """
-    beam_size, alpha = _check_options(beam_size, alpha)
-    source_ids = tf.convert_to_tensor(source_ids)
-    memory, source_mask = model.encode(source_ids)
-    limits, length = decode_limits(model, source_ids, source_mask, extra_length, max_length)
-    batch = tf.shape(source_ids)[0]
-    # Self-attention slots for the B*K hypotheses (row b*K + k); cross-attention keys and
-    # values once per sentence, shared by its K beams.
-    cache = model.init_cache(memory, length if static_cache else None,
-                             batch_size=batch * beam_size)
-    search = _Search(model, beam_size, alpha, limits, length, source_mask=source_mask,
-                     cross=[c["cross"] for c in cache], static_cache=static_cache)
-    state = search.initial_state(batch, [c["self"] for c in cache])
-    invariants = {name: (cache_invariants(t, static_cache) if name == "cache" else t.shape)
-                  for name, t in state.items()}
-    state = tf.while_loop(search.not_done, lambda s: [search.step(s)], [state],
-                          shape_invariants=[invariants])[0]
-    return search.result(state)
-
-
-def _gather(x, index):
-    """x (B, N, ...) and index (B, M) -> (B, M, ...): x[b, index[b, m]]."""
-    return tf.gather(x, index, batch_dims=1)
-
-
-class _Search:
-    """The loop body and condition of :func:`beam_search`; state is a dict of tensors."""
-
-    def __init__(self, model, beam_size, alpha, limits, length, source_mask, cross,
-                 static_cache):
-        self.model, self.beam_size, self.alpha = model, beam_size, alpha
-        self.limits, self.length = limits, length  # (B,), scalar
-        self.source_mask, self.cross = source_mask, cross  # (B, S), per layer (B, H, S, K)
-        self.static_cache = static_cache
-
-    def initial_state(self, batch, self_cache):
-        k, columns = self.beam_size, self.length + 1  # column 0 holds BOS
-        # Only beam 0 is live at first: the K beams start identical.
-        first = tf.concat([tf.zeros([1]), tf.fill([k - 1], NEG_INF)], axis=0)
-        seq = write_column(tf.zeros([batch, k, columns], tf.int32), 0,
-                           tf.fill([batch, k], BOS_ID))
-        return {
-            "i": tf.constant(0),
-            "alive_seq": seq,
-            "alive_log_probs": tf.tile(first[None], [batch, 1]),
-            "finished_seq": seq,
-            "finished_scores": tf.fill([batch, k], NEG_INF),
-            "finished_flags": tf.zeros([batch, k], tf.bool),
-            "cache": self_cache,
-        }
-
-    def not_done(self, state):
-        """True while some sentence is below its limit and could still improve (§6.1)."""
-        best_alive = state["alive_log_probs"][:, 0] / length_penalty(self.limits, self.alpha)
-        worst_finished = tf.reduce_min(state["finished_scores"], axis=1)
-        bound_met = tf.reduce_all(state["finished_flags"], axis=1) & (worst_finished > best_alive)
-        done = bound_met | (state["i"] >= self.limits)
-        return (state["i"] < self.length) & ~tf.reduce_all(done)
-
-    def step(self, state):
-        i = state["i"]
-        seq, log_probs, beams, tokens, cache = self._grow(state)
-        ended = tf.equal(tokens, EOS_ID) | (i + 1 >= self.limits[:, None])  # (B, 2K)
-        # Only the K best extensions of a step may finish (they are the beam; so beam 1
-        # is greedy), and none that descends from no real hypothesis.
-        in_beam = tf.range(2 * self.beam_size) < self.beam_size
-        ended_real = ended & in_beam[None, :] & (log_probs > NEG_INF / 2)
-
-        alive_log_probs = tf.where(ended, NEG_INF, log_probs)
-        alive_log_probs, alive = tf.math.top_k(alive_log_probs, k=self.beam_size)  # (B, K)
-        batch = tf.shape(alive)[0]
-        rows = tf.reshape(_gather(beams, alive) + tf.range(batch)[:, None] * self.beam_size, [-1])
-        cache = tf.nest.map_structure(lambda t: tf.gather(t, rows), cache)  # self-attn only
-
-        scores = tf.where(ended_real, log_probs / length_penalty(i + 1, self.alpha), NEG_INF)
-        scores = tf.concat([state["finished_scores"], scores], axis=1)  # (B, 3K)
-        scores, best = tf.math.top_k(scores, k=self.beam_size)
-        return {
-            "i": i + 1,
-            "alive_seq": _gather(seq, alive),
-            "alive_log_probs": alive_log_probs,
-            "finished_seq": _gather(tf.concat([state["finished_seq"], seq], axis=1), best),
-            "finished_scores": scores,
-            "finished_flags": _gather(
-                tf.concat([state["finished_flags"], ended_real], axis=1), best),
-            "cache": cache,
-        }
-
-    def _grow(self, state):
-        """Scores every one-token extension of the alive hypotheses; keeps the best 2K."""
-        i, k = state["i"], self.beam_size
-        alive_seq = state["alive_seq"]  # (B, K, L + 1)
-        tokens = tf.reshape(alive_seq[:, :, i], [-1, 1])  # (B*K, 1), the last token only
-        cache = [{"self": s, "cross": c} for s, c in zip(state["cache"], self.cross, strict=True)]
-        logits, cache = self.model.decode_step(tokens, self.source_mask, cache, i,
-                                               append_cache=not self.static_cache, beams=k)
-        log_probs = next_token_log_probs(logits[:, -1])  # (B*K, V) float32
-        vocab = tf.shape(log_probs)[-1]
-        batch = tf.shape(alive_seq)[0]
-        log_probs = tf.reshape(log_probs, [batch, k, vocab])
-        log_probs += state["alive_log_probs"][:, :, None]
-        log_probs, index = tf.math.top_k(tf.reshape(log_probs, [batch, k * vocab]), k=2 * k)
-        beams, tokens = index // vocab, index % vocab  # (B, 2K)
-        seq = write_column(_gather(alive_seq, beams), i + 1, tokens)  # (B, 2K, L + 1)
-        return seq, log_probs, beams, tokens, [c["self"] for c in cache]
-
-    def result(self, state):
-        """Finished hypotheses, best first; alive ones for a sentence with none."""
-        any_finished = tf.reduce_any(state["finished_flags"], axis=1)
-        alive_scores = state["alive_log_probs"] / length_penalty(state["i"], self.alpha)
-        seq = tf.where(any_finished[:, None, None], state["finished_seq"], state["alive_seq"])
-        scores = tf.where(any_finished[:, None], state["finished_scores"], alive_scores)
-        ids = seq[:, :, 1:]
-        lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=-1)
-        return BeamSearchOutput(ids, lengths, scores)
+    beam_size, alpha = check_options(beam_size, alpha)
+    start = transformer_decoder(model, source_ids, beam_size, extra_length,
+                                output_length_alias(max_output_length, max_length),
+                                static_cache)
+    return sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,
+                                static_cache=static_cache)

@@ -1,0 +1,79 @@
+"""The Transformer side of decoding: encode once, then a step function on the cache.
+
+The searches (:mod:`greedy`, :mod:`beam_search`) know nothing of the model; this module
+is the one place that calls `encode`, `init_cache` and `decode_step` and reads the
+model's number of positions.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfxformer.decoding.common import DEFAULT_EXTRA_LENGTH, DecodeStart, check_nonnegative_int
+
+
+def position_cap(model, max_output_length=None):
+    """Largest number of decoder positions: the model's positional-table size, or less if
+    asked (`max_output_length`)."""
+    config = model.model_config
+    cap = int(config["max_positions"] if "max_positions" in config else config["max_length"])
+    if max_output_length is not None:
+        if int(max_output_length) < 1:
+            raise ValueError("`max_output_length` must be a positive integer, got "
+                             f"{max_output_length!r}.")
+        cap = min(cap, int(max_output_length))
+    return cap
+
+
+def output_limits(source_mask, cap, extra_length=DEFAULT_EXTRA_LENGTH):
+    """Per-sentence output length limits (B,) and the output columns L (a scalar).
+
+    limit_b = min(source_length_b + extra_length, cap), counting the EOS (§6.1: "maximum
+    output length to input length + 50"). L = min(S + extra_length, cap) depends only on
+    the padded shape, so it is a compile-time constant under XLA; every limit_b <= L.
+    """
+    extra = tf.cast(check_nonnegative_int(extra_length, "extra_length"), tf.int32)
+    source_lengths = tf.reduce_sum(tf.cast(source_mask, tf.int32), axis=1)  # (B,)
+    limits = tf.clip_by_value(source_lengths + extra, 1, cap)
+    length = tf.clip_by_value(tf.shape(source_mask)[1] + extra, 1, cap)
+    return limits, length
+
+
+def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULT_EXTRA_LENGTH,
+                        max_output_length=None, static_cache=False):
+    """Encodes `source_ids` (B, S) and returns the :class:`DecodeStart` of a search with
+    `beams` hypotheses per sentence on `model` (a :class:`tfxformer.Transformer`).
+
+    cache: per decoder layer the self-attention {"key", "value"} (B * beams, H, L, K),
+    L = 0 and growing by one position per step unless `static_cache` (then L = the
+    output columns, written in place: XLA's layout). context: the cross-attention keys
+    and values per layer (B, H, S, K), projected once and shared by a sentence's beams
+    (`decode_step(..., beams=beams)`), and the source mask (B, S).
+    """
+    source_ids = tf.convert_to_tensor(source_ids)
+    memory, source_mask = model.encode(source_ids)
+    limits, length = output_limits(source_mask, position_cap(model, max_output_length),
+                                   extra_length)
+    batch = tf.shape(source_ids)[0]
+    cache = model.init_cache(memory, length if static_cache else None,
+                             batch_size=batch * beams)
+
+    def step_fn(ids, index, self_cache, context):
+        layers = [{"self": s, "cross": c}
+                  for s, c in zip(self_cache, context["memory"], strict=True)]
+        logits, layers = model.decode_step(ids, context["source_mask"], layers, index,
+                                           append_cache=not static_cache, beams=beams)
+        return logits, [c["self"] for c in layers]
+
+    context = {"memory": [c["cross"] for c in cache], "source_mask": source_mask}
+    return DecodeStart(step_fn, [c["self"] for c in cache], context, limits, length)
+
+
+def output_length_alias(max_output_length, max_length):
+    """The output cap given as `max_output_length` or by its former name `max_length`."""
+    if max_length is None:
+        return max_output_length
+    if max_output_length is not None:
+        raise ValueError("Give `max_output_length` or its former name `max_length`, not "
+                         f"both (got {max_output_length!r} and {max_length!r}).")
+    return max_length
