@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 
 from tfxformer.config import get_preset
 from tfxformer.layers.decoder import Decoder
@@ -10,6 +11,7 @@ from tfxformer.layers.embedding import SharedEmbedding
 from tfxformer.layers.encoder import Encoder
 from tfxformer.layers.masks import padding_mask
 from tfxformer.layers.position import PositionalEncoding
+from tfxformer.quantize import pop_quantized_dtype, quantized_dtype, restore_quantization
 
 
 @keras.saving.register_keras_serializable(package="tfxformer")
@@ -52,6 +54,7 @@ class Transformer(keras.Model):
                  dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, norm_first=False,
                  position_embedding="sinusoidal", max_length=1024, layer_norm_epsilon=1e-6,
                  **kwargs):
+        self._saved_quantization = pop_quantized_dtype(kwargs)  # a quantized model's config
         super().__init__(**kwargs)
         self.model_config = dict(
             vocab_size=int(vocab_size), num_layers=int(num_layers), d_model=int(d_model),
@@ -82,6 +85,7 @@ class Transformer(keras.Model):
         self.position.build(vectors)
         self.encoder.build(vectors)
         self.decoder.build(vectors)
+        restore_quantization(self, self._saved_quantization)
         self.built = True
 
     def embed(self, ids, start_index=0, training=False):
@@ -145,7 +149,26 @@ class Transformer(keras.Model):
     def get_config(self):
         config = super().get_config()
         config.update(self.model_config)
+        config.update(quantized_dtype(self))  # after model.quantize(): see tfxformer.quantize
         return config
+
+    def input_signature(self):
+        """The inputs `model.export` serves: int32 (source_ids, target_ids), both [None, None]."""
+        return [(tf.TensorSpec([None, None], tf.int32, name="source_ids"),
+                 tf.TensorSpec([None, None], tf.int32, name="target_ids"))]
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """`keras.Model.export` with :meth:`input_signature` as the default signature.
+
+        The artifact's `serve((source_ids, target_ids))` takes int32 ids of any batch and
+        lengths and returns the (B, T, V) float32 logits. For translation (strings in,
+        strings out, beam search) export a translator instead (README "Serving").
+        """
+        if input_signature is None:
+            input_signature = self.input_signature()
+        return super().export(filepath, format=format, verbose=verbose,
+                              input_signature=input_signature, **kwargs)
 
     @classmethod
     def from_config(cls, config):
