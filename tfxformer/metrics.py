@@ -5,7 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfxformer.layers.masks import PAD_ID
+from tfxformer.ids import PAD_ID
+from tfxformer.losses import token_weights
 
 
 @keras.saving.register_keras_serializable(package="tfxformer")
@@ -13,7 +14,8 @@ class MaskedTokenAccuracy(keras.metrics.Metric):
     """argmax(logits) == label over tokens whose label is not the pad id 0.
 
     Counts (not per-batch means) are accumulated, so the result is exact over an epoch
-    and across replicas.
+    and across replicas. With `sample_weight` (per example (B,) or per token (B, T), e.g.
+    as a `weighted_metrics` entry of `compile`) the counts are weighted.
 
     Example:
     >>> m = MaskedTokenAccuracy()
@@ -31,6 +33,8 @@ class MaskedTokenAccuracy(keras.metrics.Metric):
         labels = tf.cast(y_true, tf.int32)
         predictions = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
         mask = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+        if sample_weight is not None:  # per example (B,) or per token (B, T)
+            mask *= token_weights(sample_weight, mask)
         hits = tf.cast(tf.equal(labels, predictions), tf.float32) * mask
         self.correct.assign_add(tf.reduce_sum(hits))
         self.total.assign_add(tf.reduce_sum(mask))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 import keras
+import tensorflow as tf
 
 from tfxformer.config import get_preset, renamed_model_arguments
 from tfxformer.layers.block import block_arguments, block_defaults
@@ -13,6 +14,7 @@ from tfxformer.layers.embedding import SharedEmbedding
 from tfxformer.layers.encoder import Encoder
 from tfxformer.layers.masks import padding_mask
 from tfxformer.layers.position import DEFAULT_MAX_POSITIONS, PositionalEncoding
+from tfxformer.quantize import pop_quantized_dtype, quantized_dtype, restore_quantization
 
 
 @keras.saving.register_keras_serializable(package="tfxformer")
@@ -65,6 +67,7 @@ class Transformer(keras.Model):
             kwargs = renamed_model_arguments(kwargs)
             max_positions = kwargs.pop("max_positions")
         settings = {k: kwargs.pop(k) for k in block_arguments() if k in kwargs}
+        self._saved_quantization = pop_quantized_dtype(kwargs)  # a quantized model's config
         super().__init__(**kwargs)
         policy = self.dtype_policy
         dropout = settings.get("dropout", block_defaults()["dropout"])
@@ -100,6 +103,7 @@ class Transformer(keras.Model):
         self.position.build(vectors)
         self.encoder.build(vectors)
         self.decoder.build(vectors)
+        restore_quantization(self, self._saved_quantization)
         self.built = True
 
     def embed(self, ids, start_index=0, training=False):
@@ -172,7 +176,26 @@ class Transformer(keras.Model):
     def get_config(self):
         config = super().get_config()
         config.update(self.model_config)
+        config.update(quantized_dtype(self))  # after model.quantize(): see tfxformer.quantize
         return config
+
+    def input_signature(self):
+        """The inputs `model.export` serves: int32 (source_ids, target_ids), both [None, None]."""
+        return [(tf.TensorSpec([None, None], tf.int32, name="source_ids"),
+                 tf.TensorSpec([None, None], tf.int32, name="target_ids"))]
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """`keras.Model.export` with :meth:`input_signature` as the default signature.
+
+        The artifact's `serve((source_ids, target_ids))` takes int32 ids of any batch and
+        lengths and returns the (B, T, V) float32 logits. For translation (strings in,
+        strings out, beam search) export a translator instead (README "Serving").
+        """
+        if input_signature is None:
+            input_signature = self.input_signature()
+        return super().export(filepath, format=format, verbose=verbose,
+                              input_signature=input_signature, **kwargs)
 
     @classmethod
     def from_config(cls, config):
