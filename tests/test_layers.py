@@ -130,6 +130,21 @@ def test_attention_equals_keras_multi_head_attention():
     np.testing.assert_allclose(both.numpy(), out.numpy(), rtol=1e-6, atol=1e-6)
 
 
+def test_keras_masks_act_as_in_keras_multi_head_attention():
+    """Keras masks on query and value (Masking in front): the real query rows equal
+    keras.layers.MultiHeadAttention's, and the query's mask is the output's."""
+    ours = layers.MultiHeadAttention(num_heads=2)
+    query = X * np.array([[1] * T, [1, 1, 0, 0]], "float32")[..., None]
+    value = MEMORY * SOURCE_MASK[..., None].astype("float32")
+    masking = keras.layers.Masking()
+    out = ours(masking(query), masking(value))
+    theirs = _keras_mha_with_our_weights(ours, 2, D)
+    ref = theirs(masking(query), masking(value))
+    np.testing.assert_allclose(out.numpy()[0], ref.numpy()[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out.numpy()[1, :2], ref.numpy()[1, :2], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(out._keras_mask, [[True] * T, [True, True, False, False]])
+
+
 def test_attention_weights_respect_literal_mask():
     ours = layers.MultiHeadAttention(num_heads=2)
     _, weights = ours(X, MEMORY, padding_mask=tf.constant(SOURCE_MASK),

@@ -58,7 +58,8 @@ class MultiHeadAttention(keras.layers.Layer):
         padding_mask: optional (B, S) bool, True for real key positions. When None, the
             Keras masks of `value` and `key` are used (`keras.layers.Embedding(
             mask_zero=True)`, `keras.layers.Masking`); the query's Keras mask is passed on
-            to the output.
+            to the output. (keras.layers.MultiHeadAttention also masks the rows of padded
+            queries; here they attend as real ones do: the real rows are the same.)
         attention_mask: optional (B or 1, T or 1, S) bool, True where query t may attend
             key s (e.g. a causal mask).
         return_attention_scores: also return the (B, H, T, S) float32 attention weights.
