@@ -80,4 +80,9 @@ def apply(names):
         if not hasattr(module, attribute) or attribute.startswith("_"):
             raise SystemExit(f"patch {name}: {module_name}.{attribute} is not a public name "
                              "of tfxformer any more; update bench/patches.py")
+        original = getattr(module, attribute)
         setattr(module, attribute, replacement)
+        # The package may re-export it (tfxformer.decoding.top_extensions): patch that too.
+        package = importlib.import_module(module_name.rpartition(".")[0])
+        if getattr(package, attribute, None) is original:
+            setattr(package, attribute, replacement)
