@@ -2,7 +2,8 @@
 """Keras 3 int8 quantization (`model.quantize("int8")`) of the shipped model: size, speed, BLEU.
 
 The shipped model (`saved_models/multi30k_en_de/1`) is a translator SavedModel, not a
-`.keras` file, so the Keras `Transformer` is rebuilt from it: `Transformer(**config["model"])`
+`.keras` file, so the Keras `Transformer` is rebuilt from it: `Transformer.from_config(
+    config["model"])`
 from `assets/config.json`, each of its variables set from the SavedModel variable of the same
 Keras path and shape (all must match), and the rebuild checked against the SavedModel's own
 `serving_default` translations (--check sentences, beam 4). A copy is then quantized with
@@ -55,7 +56,7 @@ def rebuild(saved_model, config):
     """The Keras Transformer with the SavedModel's weights, matched by Keras path."""
     from tfxformer import Transformer
 
-    model = Transformer(**config["model"])
+    model = Transformer.from_config(config["model"])  # accepts the old `max_length` key
     model.build()
     saved = {v.name.rsplit(":", 1)[0]: v for v in saved_model.model_variables}
     wanted = {v.path: v for v in model.weights}
