@@ -29,6 +29,6 @@ setup(
     extras_require={
         "test": ["pytest>=8,<10", "hypothesis>=6.100,<7", "ruff>=0.6"],
         # gRPC client of scripts/serving_client.py (the protos are installed anyway)
-        "serving": ["tensorflow-serving-api==2.21.*", "grpcio>=1.60"],
+        "serving": ["tensorflow-serving-api==2.21.*"],
     },
 )
