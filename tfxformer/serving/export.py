@@ -179,14 +179,17 @@ def load_saved_model_weights(version_dir, precision="fp32"):
     with open(os.path.join(version_dir, "assets", SPM_FILENAME), "rb") as f:
         spm_bytes = f.read()
     saved = tf.saved_model.load(version_dir)
-    values = {v.name.rsplit(":", 1)[0]: v for v in saved.model_variables}
+    def key(path):  # a path below the model's own (auto-numbered) name
+        return path.rsplit(":", 1)[0].split("/", 1)[-1]
+
+    values = {key(v.name): v for v in saved.model_variables}
     model = Transformer.from_config(dict(config["model"],
                                          dtype=PRECISION_POLICIES[precision]))
     model.build()
-    missing = [w.path for w in model.weights if w.path not in values]
+    missing = [w.path for w in model.weights if key(w.path) not in values]
     if missing or len(values) != len(model.weights):
         raise ValueError(f"SavedModel {version_dir!r} holds {len(values)} variables for a "
                          f"model of {len(model.weights)} weights; missing e.g. {missing[:3]}.")
     for weight in model.weights:
-        weight.assign(values[weight.path])
+        weight.assign(values[key(weight.path)])
     return model, config, spm_bytes
