@@ -23,10 +23,12 @@ setup(
         "matplotlib>=3.8,<4",
         "tqdm>=4.66,<5",
         "tensorboard==2.21.*",
+        # TF Serving protos: every export writes warm-up records (PredictionLog).
+        "tensorflow-serving-api==2.21.*",
     ],
     extras_require={
         "test": ["pytest>=8,<10", "hypothesis>=6.100,<7", "ruff>=0.6"],
-        # gRPC client of scripts/serving_client.py
+        # gRPC client of scripts/serving_client.py (the protos are installed anyway)
         "serving": ["tensorflow-serving-api==2.21.*"],
     },
 )

@@ -33,7 +33,7 @@ def serve(tmp_path_factory):
 
     def translate(texts):
         out = signature(text=tf.constant(texts, tf.string))
-        assert set(out) == {"translation", "score"}
+        assert set(out) == {"translation", "score", "truncated"}
         return out["translation"].numpy().tolist()
     return translate
 

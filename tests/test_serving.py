@@ -6,6 +6,7 @@ import io
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -32,11 +33,15 @@ ROBUST_INPUTS = [
 ]
 
 
+# conftest's path holds in the main checkout; a git worktree elsewhere names it here.
+DATA = os.environ.get("TFXFORMER_SHARED_DATA", SHARED_DATA)
+
+
 def train_sentencepiece(lines=2000):
     """A tiny BPE model on Multi30k EN + DE with the fixed ids (pad 0, unk 1, bos 2, eos 3)."""
     text = []
     for lang in ("en", "de"):
-        with open(os.path.join(SHARED_DATA, "multi30k", f"train.{lang}"), encoding="utf-8") as f:
+        with open(os.path.join(DATA, "multi30k", f"train.{lang}"), encoding="utf-8") as f:
             text += list(itertools.islice(f, lines))
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -172,6 +177,10 @@ FRESH_PROCESS = textwrap.dedent("""
     options = model.signatures["translate_with_options"](
         text=tf.constant(inputs), beam_size=tf.constant(1), alpha=tf.constant(0.0),
         extra_length=tf.constant(2))
+    alternate = lambda a, b: tf.constant([(a, b)[i % 2] for i in range(len(inputs))])
+    per_example = model.signatures["translate_per_example"](  # greedy, the defaults, ...
+        text=tf.constant(inputs), beam_size=alternate(1, 3), alpha=alternate(0.0, 0.6),
+        extra_length=alternate(2, 4), max_input_tokens=alternate(1000, 1000))
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:  # as TF Serving loads
         meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
         signature = meta.signature_def["serving_default"]
@@ -182,6 +191,8 @@ FRESH_PROCESS = textwrap.dedent("""
         "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
         "score": out["score"].numpy().tolist(),
         "options": [t.decode("utf-8") for t in options["translation"].numpy()],
+        "per_example": [t.decode("utf-8") for t in per_example["translation"].numpy()],
+        "truncated": out["truncated"].numpy().tolist(),
         "session": [t.decode("utf-8") for t in fetched],
         "tfxformer_loaded": any(m.startswith("tfxformer") for m in sys.modules
                                 if sys.modules[m] is not None)}))
@@ -212,6 +223,10 @@ def test_fresh_process_gives_the_in_process_strings(fresh_process, translator):
     np.testing.assert_allclose(fresh_process["score"], expected["score"], rtol=1e-5)
     options = translator.translate_with_options(tf.constant(ROBUST_INPUTS), 1, 0.0, 2)
     assert fresh_process["options"] == _strings(options)
+    assert fresh_process["truncated"] == expected["truncated"].numpy().tolist()
+    greedy, beam = _strings(options), _strings(expected)  # the export's options: 3, 0.6, 4
+    assert fresh_process["per_example"] == [(greedy, beam)[i % 2][i]
+                                            for i in range(len(ROBUST_INPUTS))]
 
 
 def test_graph_uses_only_core_and_tensorflow_text_ops(fresh_process):
@@ -260,3 +275,162 @@ def test_translate_script_end_to_end(export_dir, translator):
     expected = [t.replace("\r", " ").replace("\n", " ") for t in expected]
     assert stdout.split("\n")[:-1] == expected and stdout.endswith("\n")
     assert len(set(stdout.split("\n")[0:15:5])) == 1  # the same line, three times
+
+
+def test_blank_inputs_get_empty_translations_inside_a_batch(translator):
+    texts = [b"A dog runs.", b"", b"Two men talk.", b" \t ", "\u3000".encode(), b"Children."]
+    out = translator(tf.constant(texts))
+    assert [_strings(out)[i] for i in (1, 3, 4)] == ["", "", ""]
+    assert out["score"].numpy()[[1, 3, 4]].tolist() == [0.0, 0.0, 0.0]
+    alone = translator(tf.constant([texts[i] for i in (0, 2, 5)]))
+    assert [_strings(out)[i] for i in (0, 2, 5)] == _strings(alone)
+    np.testing.assert_allclose(out["score"].numpy()[[0, 2, 5]], alone["score"], rtol=1e-5)
+
+
+class _ModelThatMustNotRun:
+    """The translator's model, but encoding raises: the graph may hold it, never run it."""
+
+    def __init__(self, model):
+        self.model, self.built, self.model_config = model, True, model.model_config
+
+    def encode(self, source_ids, **kwargs):
+        with tf.control_dependencies([tf.debugging.Assert(False, ["the model ran"])]):
+            return self.model.encode(tf.identity(source_ids), **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def test_blank_inputs_never_reach_the_model(translator, spm_model):
+    guarded = Translator(_ModelThatMustNotRun(translator.model), spm_model, beam_size=2)
+    out = guarded(tf.constant(["", "  ", "\t"]))
+    assert _strings(out) == ["", "", ""] and out["score"].numpy().tolist() == [0.0] * 3
+    with pytest.raises(tf.errors.InvalidArgumentError, match="the model ran"):
+        guarded(tf.constant(["", "A dog."]))
+
+
+def test_over_long_inputs_are_cut_and_flagged(translator, spm_model):
+    texts = tf.constant([b"word " * 20000, b"A dog runs.", b"", "😀".encode() * 5000])
+    assert translator(texts)["truncated"].numpy().tolist() == [True, False, False, True]
+    processor = spm.SentencePieceProcessor(model_proto=spm_model)
+    limited = Translator(translator.model, spm_model, max_input_tokens=6, max_output_tokens=5)
+    sentences = ["A dog runs in the park.", "A dog.", "Two"]
+    ids = limited.tokenize(tf.constant(sentences))
+    assert ids.to_list() == [processor.encode(t)[:5] + [EOS_ID] for t in sentences]
+    out = limited(tf.constant(sentences))
+    assert out["truncated"].numpy().tolist() == [len(processor.encode(t)) > 5
+                                                 for t in sentences]
+    assert out["truncated"].numpy().tolist()[0]
+    best = beam_search(translator.model, ids.to_tensor(), beam_size=4, alpha=0.6,
+                       max_length=5)  # the decode limit reaches the search
+    expected = limited.detokenize(best.ids[:, 0], best.lengths[:, 0])
+    assert _strings(out) == [t.decode() for t in expected.numpy()]
+    with pytest.raises(ValueError, match="max_input_tokens.*0"):
+        Translator(translator.model, spm_model, max_input_tokens=0)
+
+
+def test_per_example_options_decode_each_group_with_its_options(translator):
+    texts = ["A man.", "A dog runs in the park.", "", "Two women walk.", "Ein Hund"]
+    beams, alphas, extras = [1, 3, 3, 1, 3], [0.0, 0.6, 0.6, 0.0, 0.6], [2, 4, 4, 2, 4]
+    out = translator.translate_per_example(tf.constant(texts), beams, alphas, extras,
+                                           [48, 48, 48, 48, 3])
+    greedy = translator.translate_with_options(tf.constant(texts), 1, 0.0, 2)
+    beam = translator.translate_with_options(tf.constant(texts), 3, 0.6, 4)
+    expected = [_strings(greedy if b == 1 else beam)[i] for i, b in enumerate(beams)]
+    assert _strings(out)[:4] == expected[:4]
+    assert out["truncated"].numpy().tolist() == [False, False, False, False, True]
+    short = translator.translate_per_example(tf.constant(texts[4:]), [3], [0.6], [4], [3])
+    assert _strings(out)[4] == _strings(short)[0]
+    for options, name in ((([0], [0.6], [2], [9]), "beam_size"),
+                          (([2], [-1.0], [2], [9]), "alpha"),
+                          (([2], [0.6], [-1], [9]), "extra_length"),
+                          (([2], [0.6], [2], [0]), "max_input_tokens"),
+                          (([2, 2], [0.6], [2], [9]), "beam_size.*one value per text")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"`{name}"):
+            translator.translate_per_example(tf.constant(["A dog."]), *options)
+
+
+def _signature_defs(version):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(version, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    return proto.meta_graphs[0].signature_def
+
+
+def test_batchable_signatures_are_batch_major(export_dir):
+    """TF Serving batching concatenates requests along dimension 0 of every tensor."""
+    from tfxformer.serving.warmup import BATCHABLE_SIGNATURES
+
+    signatures = _signature_defs(os.path.join(export_dir, "1"))
+    assert set(BATCHABLE_SIGNATURES) < set(signatures)
+    for name in BATCHABLE_SIGNATURES:
+        tensors = {**signatures[name].inputs, **signatures[name].outputs}
+        assert set(signatures[name].outputs) == {"translation", "score", "truncated"}
+        for key, info in tensors.items():
+            dims = [d.size for d in info.tensor_shape.dim]
+            assert not info.tensor_shape.unknown_rank and dims[:1] == [-1], (name, key, dims)
+    assert set(signatures["translate_per_example"].inputs) == {
+        "text", "beam_size", "alpha", "extra_length", "max_input_tokens"}
+    scalars = [k for k, v in signatures["translate_with_options"].inputs.items()
+               if not v.tensor_shape.dim]
+    assert sorted(scalars) == ["alpha", "beam_size", "extra_length"]  # kept as before
+
+
+def test_batching_parameters_example(export_dir):
+    path = os.path.join(export_dir, "1", "assets.extra", "batching_parameters.txt")
+    with open(path, encoding="utf-8") as f:
+        fields = dict(re.findall(r"^(\w+) \{ value: (\d+) \}$", f.read(), re.M))
+    assert fields == {"max_batch_size": "3", "batch_timeout_micros": "1000",
+                      "max_enqueued_batches": str(max(4, 4 * os.cpu_count())),
+                      "num_batch_threads": str(os.cpu_count())}
+
+
+REPLAY = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    import tensorflow_text  # noqa: registers the SentencePiece ops, as TF Serving links them
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    path = sys.argv[1]
+    records = []
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:  # as TF Serving loads
+        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+        warmup = path + "/assets.extra/tf_serving_warmup_requests"
+        for raw in tf.compat.v1.io.tf_record_iterator(warmup):
+            log = prediction_log_pb2.PredictionLog()
+            log.ParseFromString(raw)
+            request = log.predict_log.request
+            signature = meta.signature_def[request.model_spec.signature_name or
+                                           "serving_default"]
+            feeds = {signature.inputs[k].name: tf.make_ndarray(v)
+                     for k, v in request.inputs.items()}
+            keys = sorted(signature.outputs)
+            values = session.run([signature.outputs[k].name for k in keys], feeds)
+            out = dict(zip(keys, values))
+            records.append({
+                "kind": log.WhichOneof("log_type"), "signature": request.model_spec.signature_name,
+                "inputs": {k: [int(d.size) for d in v.tensor_shape.dim]
+                           for k, v in request.inputs.items()},
+                "text": sorted({t.decode() for t in tf.make_ndarray(request.inputs["text"])}),
+                "outputs": {k: list(v.shape) for k, v in out.items()},
+                "translation": [t.decode("utf-8") for t in out["translation"]]})
+    print(json.dumps(records))
+""")
+
+
+def test_warmup_records_replay_in_a_fresh_process(export_dir):
+    from tfxformer.serving.warmup import BATCHABLE_SIGNATURES, LONG_TEXT, SHORT_TEXT
+
+    records = json.loads(_run([sys.executable, "-c", REPLAY, os.path.join(export_dir, "1")])
+                         .strip().splitlines()[-1])
+    assert 0 < len(records) <= 1000 and {r["kind"] for r in records} == {"predict_log"}
+    assert {(r["signature"], r["inputs"]["text"][0]) for r in records} == {
+        (name, size) for name in BATCHABLE_SIGNATURES for size in (1, 3)}
+    assert {tuple(r["text"]) for r in records} >= {(SHORT_TEXT,), (LONG_TEXT,)}
+    for record in records:
+        size = record["inputs"]["text"][0]
+        assert all(dims == [size] for dims in record["inputs"].values()), record["inputs"]
+        assert record["outputs"] == {k: [size] for k in ("score", "translation", "truncated")}
+        assert (record["translation"][-1] == "") == (size > 1)  # a blank input in the batch

@@ -299,3 +299,42 @@ def test_serving_client_grpc(served):
         assert translations == [t.decode() for t in expected["translation"].numpy()]
     finally:
         server.stop(0)
+
+
+def test_export_script_help_explains_every_flag(capsys):
+    parser = load_script("export").build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    shown = capsys.readouterr().out
+    for action in parser._actions:
+        for flag in action.option_strings:
+            assert flag in shown
+        assert action.help, action.option_strings
+
+
+def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_path):
+    """Limits from the flags land in the config asset; re-exporting a version's variables
+    gives a new version that translates the same."""
+    main = load_script("export").main
+    base = str(tmp_path / "export")
+    assert main(["--model", run_dir[0], "--export-dir", base, "--beam-size", "2",
+                 "--max-extra-length", "3", "--max-input-tokens", "12",
+                 "--batch-threads", "3"]) == 0
+    first = os.path.join(base, "1")
+    with open(os.path.join(first, "assets", "config.json"), encoding="utf-8") as f:
+        decoding = json.load(f)["decoding"]
+    assert (decoding["max_input_tokens"], decoding["max_output_tokens"]) == (12, 40)
+    with open(os.path.join(first, "assets.extra", "batching_parameters.txt"),
+              encoding="utf-8") as f:
+        assert "num_batch_threads { value: 3 }" in f.read()
+    assert main(["--model", first, "--export-dir", base, "--beam-size", "2",
+                 "--max-extra-length", "3", "--max-input-tokens", "12"]) == 0
+    texts = tf.constant(["A dog runs.", "", "Zwei Männer " * 9])
+    outs = [tf.saved_model.load(os.path.join(base, v)).signatures["serving_default"](text=texts)
+            for v in ("1", "2")]
+    for key in ("translation", "truncated"):
+        assert outs[0][key].numpy().tolist() == outs[1][key].numpy().tolist()
+    assert outs[0]["truncated"].numpy().tolist() == [False, False, True]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model", first, "--export-dir", base, "--checkpoint", "x"])
+    assert exit_info.value.code == 2

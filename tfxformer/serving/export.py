@@ -1,24 +1,25 @@
 """Export a :class:`Translator` as a SavedModel for TF Serving (`<export-dir>/<version>/`).
 
-Signatures:
-    serving_default: text (tf.string, [None]) -> translation (tf.string, [None]),
-        score (tf.float32, [None]); the decoding options fixed at export time.
-    translate_with_options: text, beam_size (int32 scalar), alpha (float32 scalar),
-        extra_length (int32 scalar) -> translation, score.
-Assets: `spm.model` (SentencePiece) and `config.json` (run config + decoding options).
-The graph holds only core TensorFlow and tensorflow-text ops: it loads where
-`import tensorflow, tensorflow_text` works, or in a stock TF Serving.
+Signatures (every output (N,): translation tf.string, score float32, truncated bool):
+    serving_default: text (tf.string, [None]); the decoding options fixed at export time.
+    translate_per_example: text, beam_size (int32 [None]), alpha (float32 [None]),
+        extra_length (int32 [None]), max_input_tokens (int32 [None]): one value per text.
+    translate_with_options: text, beam_size (int32 []), alpha (float32 []),
+        extra_length (int32 []); scalar inputs, so not batchable by TF Serving.
+Assets: `spm.model` (SentencePiece) and `config.json` (run config + decoding options);
+`assets.extra/`: `tf_serving_warmup_requests` and an example `batching_parameters.txt`
+(:mod:`tfxformer.serving.warmup`). The graph holds only core TensorFlow and
+tensorflow-text ops: it loads where `import tensorflow, tensorflow_text` works, or in a
+stock TF Serving.
 
-Command line: `python -m tfxformer.serving.export --model RUN_DIR --export-dir DIR`.
+Command line: `python scripts/export.py --model RUN_DIR --export-dir DIR`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 
 import tensorflow as tf
@@ -31,6 +32,11 @@ from tfxformer.serving.loading import (
     saved_model_versions,
 )
 from tfxformer.serving.translator import DEFAULT_MAX_BATCH_SIZE, Translator
+from tfxformer.serving.warmup import (
+    warmup_requests,
+    write_batching_parameters,
+    write_warmup_records,
+)
 
 
 def next_version(export_dir):
@@ -50,16 +56,20 @@ def _asset_config(translator, config):
     config["decoding"] = dict(
         beam_size=translator.beam_size, alpha=translator.alpha,
         extra_length=translator.extra_length, max_batch_size=translator.max_batch_size,
-        max_input_length=translator.max_input_length)
+        max_input_tokens=translator.max_input_tokens,
+        max_output_tokens=translator.max_output_tokens,
+        max_input_length=translator.max_input_tokens)  # former name, for older readers
     return config
 
 
-def export_translator(translator, export_dir, config=None, version=None):
+def export_translator(translator, export_dir, config=None, version=None,
+                      num_batch_threads=None):
     """Saves `translator` to `<export_dir>/<version>/`; returns that path.
 
     `version` defaults to :func:`next_version`. The SavedModel is written to a hidden
     temporary directory and renamed into place, so a TF Serving watching `export_dir`
-    never sees a half-written version.
+    never sees a half-written version. `assets.extra/` gets the warm-up records and an
+    example `batching_parameters.txt` (`num_batch_threads`: default, this machine's cores).
 
     Raises:
         FileExistsError: `<export_dir>/<version>` exists.
@@ -77,6 +87,9 @@ def export_translator(translator, export_dir, config=None, version=None):
         with tempfile.TemporaryDirectory() as sources:
             _save(translator, os.path.join(staging, "model"), sources,
                   _asset_config(translator, config))
+        write_warmup_records(os.path.join(staging, "model"), warmup_requests(translator))
+        write_batching_parameters(os.path.join(staging, "model"), translator.max_batch_size,
+                                  num_batch_threads)
         os.rename(os.path.join(staging, "model"), final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -91,10 +104,10 @@ def _save(translator, path, sources, config):
     root = tf.Module(name="translator")
     root.translate = translator.__call__
     root.translate_with_options = translator.translate_with_options
-    signatures = {
-        "serving_default": translator.__call__.get_concrete_function(),
-        "translate_with_options": translator.translate_with_options.get_concrete_function(),
-    }
+    root.translate_per_example = translator.translate_per_example
+    signatures = {name: getattr(translator, attr).get_concrete_function() for name, attr in (
+        ("serving_default", "__call__"), ("translate_per_example", "translate_per_example"),
+        ("translate_with_options", "translate_with_options"))}
     captured = {}
     for function in signatures.values():
         captured.update((id(v), v) for v in function.variables)
@@ -109,52 +122,74 @@ def _save(translator, path, sources, config):
     tf.saved_model.save(root, path, signatures=signatures)
 
 
+def trained_length(config):
+    """The length filter of the training data (`max_length` of the run config), or None.
+
+    Training drops pairs with more tokens than this on either side, so the model never
+    saw a longer source nor produced a longer target: the export's default input and
+    output limits."""
+    for record in (config or {}, (config or {}).get("train") or {}):
+        value = record.get("max_length")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def make_translator(model, config, spm_bytes, beam_size=DEFAULT_BEAM_SIZE,
+                    alpha=DEFAULT_ALPHA, extra_length=DEFAULT_EXTRA_LENGTH,
+                    max_batch_size=DEFAULT_MAX_BATCH_SIZE, max_input_tokens=None,
+                    max_output_tokens=None):
+    """A :class:`Translator` whose unset limits default to the run's training length."""
+    trained = trained_length(config)
+    return Translator(model, spm_bytes, beam_size=beam_size, alpha=alpha,
+                      extra_length=extra_length, max_batch_size=max_batch_size,
+                      max_input_tokens=max_input_tokens or trained,
+                      max_output_tokens=max_output_tokens or trained)
+
+
 def export_run_dir(model_dir, export_dir, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
                    extra_length=DEFAULT_EXTRA_LENGTH, max_batch_size=DEFAULT_MAX_BATCH_SIZE,
-                   checkpoint=None, version=None, precision="fp32"):
+                   checkpoint=None, version=None, precision="fp32", max_input_tokens=None,
+                   max_output_tokens=None, num_batch_threads=None):
     """Loads a trained run dir (:func:`load_run_dir`) and exports its translator
-    (`precision` "bf16": computes in bfloat16, float32 weights)."""
+    (`precision` "bf16": computes in bfloat16, float32 weights). The input and output
+    limits default to the run's training `max_length` (:func:`trained_length`), else
+    256 tokens each; both are capped by the model's positions."""
     model, config, spm_bytes = load_run_dir(model_dir, checkpoint, precision=precision)
-    translator = Translator(model, spm_bytes, beam_size=beam_size, alpha=alpha,
-                            extra_length=extra_length, max_batch_size=max_batch_size)
-    return export_translator(translator, export_dir, config=config, version=version)
+    translator = make_translator(model, config, spm_bytes, beam_size, alpha, extra_length,
+                                 max_batch_size, max_input_tokens, max_output_tokens)
+    return export_translator(translator, export_dir, config=config, version=version,
+                             num_batch_threads=num_batch_threads)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m tfxformer.serving.export",
-        description="Export a trained run dir as a TF Serving SavedModel "
-                    "<export-dir>/<version>/ (version: next integer).")
-    parser.add_argument("--model", required=True,
-                        help="trained run dir (config.json, spm.model, checkpoints/)")
-    parser.add_argument("--export-dir", required=True,
-                        help="model base path for TF Serving, e.g. saved_models/en_de")
-    parser.add_argument("--checkpoint", help="checkpoint prefix (default: newest, averaged "
-                        "ones first)")
-    parser.add_argument("--beam-size", type=int, default=DEFAULT_BEAM_SIZE,
-                        help="default beam size of serving_default (default: %(default)s)")
-    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                        help="default length penalty α (default: %(default)s)")
-    parser.add_argument("--max-extra-length", type=int, default=DEFAULT_EXTRA_LENGTH,
-                        help="output tokens beyond the source length (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
-                        help="sentences decoded together inside the graph "
-                             "(default: %(default)s)")
-    parser.add_argument("--version", type=int, help="version number (default: next free)")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                        help="compute type of the exported graph: bf16 is faster on CPUs "
-                             "with AVX512-BF16 (weights stay float32) (default: %(default)s)")
-    args = parser.parse_args(argv)
-    try:
-        path = export_run_dir(args.model, args.export_dir, beam_size=args.beam_size,
-                              alpha=args.alpha, extra_length=args.max_extra_length,
-                              max_batch_size=args.batch_size, checkpoint=args.checkpoint,
-                              version=args.version, precision=args.precision)
-    except (FileNotFoundError, FileExistsError, ValueError) as err:
-        parser.exit(2, f"error: {err}\n")
-    print(path)
-    return 0
+def load_saved_model_weights(version_dir, precision="fp32"):
+    """Rebuilds `(model, config, spm_bytes)` from an export of this package: the
+    Transformer of `assets/config.json` with the SavedModel's variables, matched by path.
 
+    Re-exports a version whose run dir is gone (e.g. the shipped model) with today's code.
 
-if __name__ == "__main__":
-    sys.exit(main())
+    Raises:
+        ValueError: the SavedModel's variables do not fit the config's model.
+    """
+    from tfxformer.config import PRECISION_POLICIES
+    from tfxformer.models.transformer import Transformer
+
+    with open(os.path.join(version_dir, "assets", CONFIG_FILENAME), encoding="utf-8") as f:
+        config = json.load(f)
+    with open(os.path.join(version_dir, "assets", SPM_FILENAME), "rb") as f:
+        spm_bytes = f.read()
+    saved = tf.saved_model.load(version_dir)
+    def key(path):  # a path below the model's own (auto-numbered) name
+        return path.rsplit(":", 1)[0].split("/", 1)[-1]
+
+    values = {key(v.name): v for v in saved.model_variables}
+    model = Transformer.from_config(dict(config["model"],
+                                         dtype=PRECISION_POLICIES[precision]))
+    model.build()
+    missing = [w.path for w in model.weights if key(w.path) not in values]
+    if missing or len(values) != len(model.weights):
+        raise ValueError(f"SavedModel {version_dir!r} holds {len(values)} variables for a "
+                         f"model of {len(model.weights)} weights; missing e.g. {missing[:3]}.")
+    for weight in model.weights:
+        weight.assign(values[key(weight.path)])
+    return model, config, spm_bytes

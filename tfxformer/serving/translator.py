@@ -12,11 +12,16 @@ from tfxformer.decoding import (
     DEFAULT_ALPHA,
     DEFAULT_BEAM_SIZE,
     DEFAULT_EXTRA_LENGTH,
-    EOS_ID,
     beam_search,
 )
+from tfxformer.ids import EOS_ID
 
 DEFAULT_MAX_BATCH_SIZE = 64
+# Sentence-level MT: the longest newstest2014 sentence is 134 (EN) / 153 (DE) pieces even
+# under the shipped 8k caption vocabulary, which over-segments news text (README, Serving).
+# Longer inputs are paragraphs; each limit is also capped by the model's positions.
+DEFAULT_MAX_INPUT_TOKENS = 256
+DEFAULT_MAX_OUTPUT_TOKENS = 256
 # Raw input is cut to this many characters per allowed token before tokenizing, so a
 # huge string costs little: a BPE piece spans at most 16 characters (SentencePiece's
 # default max_sentencepiece_length), and runs of whitespace are collapsed.
@@ -27,6 +32,10 @@ TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 OPTION_SPECS = (tf.TensorSpec([], tf.int32, name="beam_size"),
                 tf.TensorSpec([], tf.float32, name="alpha"),
                 tf.TensorSpec([], tf.int32, name="extra_length"))
+EXAMPLE_OPTION_SPECS = (tf.TensorSpec([None], tf.int32, name="beam_size"),
+                        tf.TensorSpec([None], tf.float32, name="alpha"),
+                        tf.TensorSpec([None], tf.int32, name="extra_length"),
+                        tf.TensorSpec([None], tf.int32, name="max_input_tokens"))
 
 
 def sanitize_utf8(text):
@@ -41,6 +50,23 @@ def _positive_int(value, name):
     return int(value)
 
 
+def model_positions(model):
+    """The model's positional-table size (`max_positions`, formerly `max_length`)."""
+    config = model.model_config
+    return int(config["max_positions"] if "max_positions" in config else config["max_length"])
+
+
+def _checked(tensor, condition, message):
+    """`tensor`, computed only after the scalar bool `condition` held (InvalidArgument)."""
+    with tf.control_dependencies([tf.debugging.Assert(condition, [message])]):
+        return tf.identity(tensor)
+
+
+def _concat(array, empty, dtype):
+    """TensorArray.concat(), or a (0,) tensor: concat() of zero elements has no shape."""
+    return tf.cond(empty, lambda: tf.zeros([0], dtype), array.concat)
+
+
 class Translator(tf.Module):
     """Translates a batch of strings: tokenize → encode → beam search → detokenize (§6.1).
 
@@ -48,37 +74,45 @@ class Translator(tf.Module):
     SavedModel that needs only TensorFlow and tensorflow-text (see
     :func:`tfxformer.serving.export_translator`). SentencePiece runs in-graph
     (`tensorflow_text.SentencepieceTokenizer`, the model bytes embedded). Each source
-    is its pieces, cut to the model's `max_length` positions, then EOS. Inputs are
-    sorted by token length and translated in chunks of `max_batch_size` (little
-    padding); outputs come back in input order.
+    is its pieces, cut to `max_input_tokens` (EOS included), then EOS. Inputs are sorted
+    by token length and translated in chunks of `max_batch_size` (little padding);
+    outputs come back in input order.
 
-    Any input is accepted: invalid UTF-8 is replaced by U+FFFD before tokenizing, empty
-    or whitespace-only strings translate from a lone EOS, over-long ones are cut, an
-    empty batch gives empty outputs. Each output is valid UTF-8.
+    Any input is accepted: invalid UTF-8 is replaced by U+FFFD before tokenizing; an
+    input with no SentencePiece piece (empty, or only whitespace) gets the empty
+    translation with score 0 and never reaches the model; over-long inputs are cut and
+    flagged in `truncated`; an empty batch gives empty outputs. Each output is valid UTF-8.
 
     Args:
         model: a built or unbuilt :class:`tfxformer.Transformer` with trained weights.
         sentencepiece_model: the bytes of `spm.model` (ids pad 0, unk 1, bos 2, eos 3).
-        beam_size, alpha, extra_length: decoding defaults (4, 0.6, 50: §6.1).
+        beam_size, alpha, extra_length: decoding defaults (4, 0.6, 50: §6.1, output
+            length limit = source length + `extra_length`).
         max_batch_size: sentences decoded together (default 64).
-        max_input_length: source tokens kept, EOS included (default and upper bound:
-            the model's `max_length`).
+        max_input_tokens: source tokens kept, EOS included (default 256, at most the
+            model's positions); `max_input_length` is its former name.
+        max_output_tokens: the decode limit, EOS included, whatever the source length
+            (default 256, at most the model's positions).
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
-        float32}, the score being log P(Y | X) / lp(Y) of the best hypothesis.
+        float32, "truncated": (N,) bool}, the score being log P(Y | X) / lp(Y) of the best
+        hypothesis, `truncated` True where the input was cut to `max_input_tokens`.
     `translate_with_options(text, beam_size, alpha, extra_length)` takes the options as
-    scalar tensors (int32, float32, int32) and returns the same.
+    scalar tensors (int32, float32, int32; not batchable by TF Serving) and returns the
+    same; `translate_per_example(text, beam_size, alpha, extra_length, max_input_tokens)`
+    takes one value of each per text ((N,) int32, float32, int32, int32), so TF Serving
+    can batch it; a `max_input_tokens` above the export's is lowered to it.
 
     Example:
     >>> translator = Translator(model, open("runs/base/spm.model", "rb").read())
-    >>> translator(tf.constant(["A dog runs."]))["translation"]
+    >>> translator(tf.constant(["A dog runs.", ""]))["translation"]
     """
 
     def __init__(self, model, sentencepiece_model: bytes, beam_size=DEFAULT_BEAM_SIZE,
                  alpha=DEFAULT_ALPHA, extra_length=DEFAULT_EXTRA_LENGTH,
-                 max_batch_size=DEFAULT_MAX_BATCH_SIZE, max_input_length=None,
-                 name="translator"):
+                 max_batch_size=DEFAULT_MAX_BATCH_SIZE, max_input_tokens=None,
+                 max_output_tokens=None, name="translator", max_input_length=None):
         super().__init__(name=name)
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
             raise ValueError("`sentencepiece_model` must be the non-empty bytes of spm.model, "
@@ -96,9 +130,20 @@ class Translator(tf.Module):
             raise ValueError(f"`extra_length` must be an integer >= 0, got {extra_length!r}.")
         self.extra_length = int(extra_length)
         self.max_batch_size = _positive_int(max_batch_size, "max_batch_size")
-        positions = int(model.model_config["max_positions"])
-        self.max_input_length = positions if max_input_length is None else min(
-            positions, _positive_int(max_input_length, "max_input_length"))
+        if max_input_tokens is None:
+            max_input_tokens = max_input_length
+        positions = model_positions(model)
+        self.max_input_tokens = min(positions, _positive_int(
+            DEFAULT_MAX_INPUT_TOKENS if max_input_tokens is None else max_input_tokens,
+            "max_input_tokens"))
+        self.max_output_tokens = min(positions, _positive_int(
+            DEFAULT_MAX_OUTPUT_TOKENS if max_output_tokens is None else max_output_tokens,
+            "max_output_tokens"))
+
+    @property
+    def max_input_length(self):
+        """Former name of `max_input_tokens`."""
+        return self.max_input_tokens
 
     @tf.function(input_signature=[TEXT_SPEC])
     def __call__(self, text):
@@ -108,21 +153,41 @@ class Translator(tf.Module):
     def translate_with_options(self, text, beam_size, alpha, extra_length):
         return self.translate(text, beam_size, alpha, extra_length)
 
-    def translate(self, text, beam_size=None, alpha=None, extra_length=None):
-        """The graph behind both signatures; options default to the constructor's."""
+    @tf.function(input_signature=[TEXT_SPEC, *EXAMPLE_OPTION_SPECS])
+    def translate_per_example(self, text, beam_size, alpha, extra_length, max_input_tokens):
+        return self.translate(text, beam_size, alpha, extra_length, max_input_tokens)
+
+    def translate(self, text, beam_size=None, alpha=None, extra_length=None,
+                  max_input_tokens=None):
+        """The graph behind the signatures; options default to the constructor's.
+
+        Options are Python numbers or scalar tensors (one value for the batch), or (N,)
+        tensors (one per text: texts with equal options are decoded together)."""
+        text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
         options = dict(
             beam_size=self.beam_size if beam_size is None else beam_size,
             alpha=self.alpha if alpha is None else alpha,
             extra_length=self.extra_length if extra_length is None else extra_length)
-        text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
+        per_example = any(isinstance(v, tf.Tensor) and v.shape.rank == 1
+                          for v in options.values())
+        if per_example:
+            options = self._example_options(text, options)
         tokenizer = self.make_tokenizer()
-        pieces = self.tokenize(text, tokenizer)  # (N, None) ragged, EOS-terminated
-        order = tf.argsort(pieces.row_lengths(), direction="DESCENDING", stable=True)
-        translations, scores = self._translate_sorted(tf.gather(pieces, order), options,
-                                                      tokenizer)
-        inverse = tf.math.invert_permutation(order)
-        return {"translation": tf.gather(translations, inverse),
-                "score": tf.gather(scores, inverse)}
+        pieces, truncated, blank = self._cut(text, tokenizer, self._input_limit(
+            text, max_input_tokens))
+        # Blank inputs never reach the model: only the other rows are decoded.
+        active = tf.where(~blank)[:, 0]
+        rows = tf.gather(pieces, active)
+        if per_example:
+            options = {k: tf.gather(v, active) for k, v in options.items()}
+            translations, scores = self._translate_groups(rows, options, tokenizer)
+        else:
+            translations, scores = self._translate_in_length_order(rows, options, tokenizer)
+        index = tf.where(blank, tf.size(active, out_type=tf.int64),
+                         tf.cumsum(tf.cast(~blank, tf.int64)) - 1)
+        return {"translation": tf.gather(tf.concat([translations, [""]], 0), index),
+                "score": tf.gather(tf.concat([scores, [0.0]], 0), index),
+                "truncated": truncated}
 
     def make_tokenizer(self):
         """The SentencePiece tokenizer, made where it is used: inside the traced graph.
@@ -135,15 +200,11 @@ class Translator(tf.Module):
         return tf_text.SentencepieceTokenizer(model=self.sentencepiece_model,
                                               out_type=tf.int32)
 
-    def tokenize(self, text, tokenizer=None):
+    def tokenize(self, text, tokenizer=None, max_input_tokens=None):
         """(N,) strings -> (N, None) ragged int32 source ids: pieces, cut, then EOS."""
-        tokenizer = tokenizer or self.make_tokenizer()
-        text = sanitize_utf8(text)
-        text = tf.strings.substr(text, 0, self.max_input_length * CHARS_PER_TOKEN,
-                                 unit="UTF8_CHAR")
-        pieces = tokenizer.tokenize(text)[:, : self.max_input_length - 1]
-        eos = tf.fill([tf.shape(text)[0], 1], EOS_ID)
-        return tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1)
+        text = tf.convert_to_tensor(text, tf.string)
+        limit = self._input_limit(text, max_input_tokens)
+        return self._cut(text, tokenizer or self.make_tokenizer(), limit)[0]
 
     def detokenize(self, ids, lengths, tokenizer=None):
         """(B, L) ids with (B,) lengths counting a final EOS -> (B,) UTF-8 strings."""
@@ -153,6 +214,86 @@ class Translator(tf.Module):
         text = tokenizer.detokenize(tf.RaggedTensor.from_tensor(ids, lengths=lengths))
         return sanitize_utf8(text)
 
+    def _input_limit(self, text, max_input_tokens):
+        """(N,) int32 source-token limits: the export's, or lower ones asked per text."""
+        limit = tf.fill(tf.shape(text), self.max_input_tokens)
+        if max_input_tokens is None:
+            return limit
+        asked = tf.cast(max_input_tokens, tf.int32)
+        if asked.shape.rank == 1:
+            asked = _checked(asked, tf.equal(tf.size(asked), tf.size(text)),
+                             "`max_input_tokens` must have one value per text (shape [N] "
+                             "like `text`)")
+        asked = tf.broadcast_to(asked, tf.shape(text))
+        asked = _checked(asked, tf.reduce_all(asked >= 1), "`max_input_tokens` must be >= 1")
+        return tf.minimum(asked, limit)
+
+    def _cut(self, text, tokenizer, limit):
+        """-> (pieces + EOS (N, None) ragged, truncated (N,) bool, blank (N,) bool)."""
+        text = sanitize_utf8(text)
+        chars = limit * CHARS_PER_TOKEN
+        cut_chars = tf.strings.length(text, unit="UTF8_CHAR") > chars
+        text = tf.strings.substr(text, tf.zeros_like(chars), chars, unit="UTF8_CHAR")
+        pieces = tokenizer.tokenize(text)
+        count = tf.cast(pieces.row_lengths(), tf.int32)
+        kept = tf.minimum(count, limit - 1)
+        starts = tf.cast(pieces.row_starts(), tf.int32)
+        pieces = tf.gather(pieces.values, tf.ragged.range(starts, starts + kept))
+        eos = tf.fill([tf.shape(text)[0], 1], EOS_ID)
+        pieces = tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1)
+        return pieces, cut_chars | (count > kept), count == 0
+
+    def _example_options(self, text, options):
+        """(N,) option tensors, checked: one per text, each in its accepted range."""
+        size = tf.size(text)
+        checks = {"beam_size": (tf.int32, lambda v: v >= 1, ">= 1"),
+                  "alpha": (tf.float32, lambda v: v >= 0.0, ">= 0"),
+                  "extra_length": (tf.int32, lambda v: v >= 0, ">= 0")}
+        checked = {}
+        for name, (dtype, valid, accepted) in checks.items():
+            value = tf.cast(options[name], dtype)
+            if value.shape.rank == 1:
+                value = _checked(value, tf.equal(tf.size(value), size),
+                                 f"`{name}` must have one value per text (shape [N] like "
+                                 "`text`)")
+            value = tf.broadcast_to(value, [size])
+            checked[name] = _checked(value, tf.reduce_all(valid(value)),
+                                     f"`{name}` must be {accepted} for every text")
+        return checked
+
+    def _translate_groups(self, pieces, options, tokenizer):
+        """Per-text options: each group of texts with equal options is decoded on its own."""
+        keys = tf.stack([options["beam_size"], tf.bitcast(options["alpha"], tf.int32),
+                         options["extra_length"]], axis=1)  # (N, 3)
+        unique = tf.raw_ops.UniqueV2(x=keys, axis=tf.constant([0], tf.int64))
+        groups = tf.shape(unique.y)[0]
+
+        def body(g, members, translations, scores):
+            rows = tf.where(tf.equal(unique.idx, g))[:, 0]
+            first = {k: v[rows[0]] for k, v in options.items()}
+            text, score = self._translate_in_length_order(tf.gather(pieces, rows), first,
+                                                          tokenizer)
+            return (g + 1, members.write(g, rows), translations.write(g, text),
+                    scores.write(g, score))
+
+        arrays = [tf.TensorArray(dtype, size=groups, infer_shape=False, element_shape=[None])
+                  for dtype in (tf.int64, tf.string, tf.float32)]
+        _, *arrays = tf.while_loop(lambda g, *_: g < groups, body, [tf.constant(0), *arrays])
+        empty = tf.equal(groups, 0)
+        members, translations, scores = (
+            _concat(a, empty, d) for a, d in zip(arrays, (tf.int64, tf.string, tf.float32),
+                                                 strict=True))
+        inverse = tf.math.invert_permutation(members)
+        return tf.gather(translations, inverse), tf.gather(scores, inverse)
+
+    def _translate_in_length_order(self, pieces, options, tokenizer):
+        """Sorts rows by length, translates them in chunks, returns them in row order."""
+        order = tf.argsort(pieces.row_lengths(), direction="DESCENDING", stable=True)
+        translations, scores = self._translate_sorted(tf.gather(pieces, order), options,
+                                                      tokenizer)
+        inverse = tf.math.invert_permutation(order)
+        return tf.gather(translations, inverse), tf.gather(scores, inverse)
+
     def _translate_sorted(self, pieces, options, tokenizer):
         """Translates chunks of `max_batch_size` rows of `pieces` in a tf.while_loop."""
         total = pieces.nrows(out_type=tf.int32)
@@ -161,7 +302,8 @@ class Translator(tf.Module):
 
         def body(c, translations, scores):
             rows = pieces[c * size:tf.minimum((c + 1) * size, total)]
-            out = beam_search(self.model, rows.to_tensor(), **options)
+            out = beam_search(self.model, rows.to_tensor(), **options,
+                              max_length=self.max_output_tokens)
             text = self.detokenize(out.ids[:, 0], out.lengths[:, 0], tokenizer)
             return c + 1, translations.write(c, text), scores.write(c, out.scores[:, 0])
 
@@ -169,6 +311,5 @@ class Translator(tf.Module):
                   for dtype in (tf.string, tf.float32)]
         _, translations, scores = tf.while_loop(
             lambda c, *_: c < chunks, body, [tf.constant(0), *arrays])
-        empty = tf.equal(total, 0)  # concat() of zero elements cannot infer a shape
-        return (tf.cond(empty, lambda: tf.zeros([0], tf.string), translations.concat),
-                tf.cond(empty, lambda: tf.zeros([0], tf.float32), scores.concat))
+        empty = tf.equal(total, 0)
+        return _concat(translations, empty, tf.string), _concat(scores, empty, tf.float32)

@@ -1,0 +1,119 @@
+"""The export through TF Serving's C++ path: a small program linked against the installed
+TensorFlow wheel (`libtensorflow_cc.so.2`) loads tensorflow-text's SentencePiece op library
+with `TF_LoadLibrary`, the SavedModel with `tensorflow::LoadSavedModel(..., {"serve"})`, and
+replays the warm-up records and a batch of PredictionLog requests with `Session::Run`; its
+answers must equal `tf.saved_model.load`'s. The compiled program is cached (pytest cache)
+under a hash of its source and the compile flags."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text
+from test_serving import ROBUST_INPUTS, train_sentencepiece
+
+from tfxformer import Transformer
+from tfxformer.serving import Translator, export_translator
+from tfxformer.serving.warmup import read_warmup_records, signature_inputs
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp", "serve_saved_model.cc")
+TF_DIR = os.path.dirname(tf.__file__)
+OP_LIBRARY = os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops",
+                          "_sentencepiece_tokenizer.so")
+
+
+def _missing():
+    """Why the C++ program cannot be built here, or None."""
+    if not (shutil.which("g++") or shutil.which("c++")):
+        return "no C++ compiler (g++ or c++) on PATH"
+    for path, what in ((os.path.join(tf.sysconfig.get_include(), "tensorflow", "cc",
+                                     "saved_model", "loader.h"), "TensorFlow C++ headers"),
+                       (os.path.join(TF_DIR, "libtensorflow_cc.so.2"), "libtensorflow_cc.so.2"),
+                       (OP_LIBRARY, "tensorflow-text's SentencePiece op library")):
+        if not os.path.exists(path):
+            return f"the installed wheel has no {what} ({path})"
+    return None
+
+
+@pytest.fixture(scope="module")
+def program(request):
+    reason = _missing()
+    if reason:
+        pytest.skip(f"C++ serving path not testable: {reason}")
+    compiler = shutil.which("g++") or shutil.which("c++")
+    flags = [*tf.sysconfig.get_compile_flags(), "-O1", "-w"]
+    links = [*tf.sysconfig.get_link_flags(), "-l:libtensorflow_cc.so.2", f"-Wl,-rpath,{TF_DIR}"]
+    with open(SOURCE, "rb") as f:
+        key = hashlib.sha256(f.read() + repr((compiler, flags, links, tf.__version__))
+                             .encode()).hexdigest()[:16]
+    binary = os.path.join(str(request.config.cache.mkdir("tfxformer_cpp")),
+                          f"serve_saved_model-{key}")
+    if not os.path.exists(binary):
+        result = subprocess.run([compiler, *flags, SOURCE, "-o", binary + ".tmp", *links],
+                                capture_output=True, timeout=600)
+        assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
+        os.replace(binary + ".tmp", binary)
+    return binary
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    tf.random.set_seed(5)
+    model = Transformer.from_preset("tiny", vocab_size=320, max_length=32)
+    translator = Translator(model, train_sentencepiece(), beam_size=2, extra_length=3,
+                            max_batch_size=3)
+    return translator, export_translator(translator, str(tmp_path_factory.mktemp("cpp") / "m"))
+
+
+def _batch_requests(translator, path):
+    """A PredictionLog file: hostile inputs through both batchable signatures."""
+    from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+
+    texts = list(ROBUST_INPUTS[:14]) + [b"x" * 5000]
+    with tf.io.TFRecordWriter(path) as writer:
+        for signature in ("serving_default", "translate_per_example"):
+            request = predict_pb2.PredictRequest()
+            request.model_spec.signature_name = signature
+            inputs = signature_inputs(translator, signature, texts)
+            if signature == "translate_per_example":
+                inputs["beam_size"][::2] = 1
+                inputs["max_input_tokens"][::3] = 4
+            for name, value in inputs.items():
+                request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+            writer.write(prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)).SerializeToString())
+
+
+def test_cpp_load_and_run_equals_tf_saved_model_load(program, export, tmp_path):
+    translator, version = export
+    batch, output = str(tmp_path / "batch.tfrecord"), str(tmp_path / "out.tfrecord")
+    _batch_requests(translator, batch)
+    warmup = os.path.join(version, "assets.extra", "tf_serving_warmup_requests")
+    result = subprocess.run([program, OP_LIBRARY, version, output, warmup, batch],
+                            capture_output=True, timeout=300,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
+    requests = read_warmup_records(warmup) + read_warmup_records(batch)
+    assert f"ran {len(requests)} requests" in result.stdout.decode()
+
+    records = [r.numpy() for r in tf.data.TFRecordDataset(output)]
+    answers = {}
+    for name, raw in zip(records[::2], records[1::2], strict=True):
+        proto = tf.make_tensor_proto(0)
+        proto.ParseFromString(raw)
+        answers.setdefault(name.decode(), []).append(tf.make_ndarray(proto))
+    loaded = tf.saved_model.load(version)
+    for i, log in enumerate(requests):
+        request = log.predict_log.request
+        signature = request.model_spec.signature_name
+        expected = loaded.signatures[signature](**{k: tf.make_ndarray(v)
+                                                   for k, v in request.inputs.items()})
+        got = {k: answers[f"{signature}/{k}"].pop(0) for k in expected}
+        assert got["translation"].tolist() == expected["translation"].numpy().tolist(), i
+        assert got["truncated"].tolist() == expected["truncated"].numpy().tolist(), i
+        np.testing.assert_allclose(got["score"], expected["score"], rtol=1e-5, atol=1e-6)
+    assert all(not left for left in answers.values())

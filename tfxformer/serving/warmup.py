@@ -1,0 +1,131 @@
+"""TF Serving warm-up records and batching parameters written beside each export.
+
+TF Serving replays `<version>/assets.extra/tf_serving_warmup_requests` (a TFRecord of
+`tensorflow.serving.PredictionLog`, at most 1,000 records) through the signatures the
+records name before the version takes traffic, so the first client request does not pay
+for graph optimization and kernel set-up. `batching_parameters.txt` is an example
+`--batching_parameters_file` for `tensorflow_model_server --enable_batching`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+EXTRA_DIR = "assets.extra"
+WARMUP_FILENAME = "tf_serving_warmup_requests"
+BATCHING_FILENAME = "batching_parameters.txt"
+MAX_RECORDS = 1000  # TF Serving reads no more warm-up records than this
+# The signatures a client calls whose every input and output is batch-major (TF Serving
+# batching concatenates requests along dimension 0); translate_with_options is not.
+BATCHABLE_SIGNATURES = ("serving_default", "translate_per_example")
+SHORT_TEXT = "A dog runs in the park."
+LONG_TEXT = ("A group of young men in red and white uniforms is playing football on a green "
+             "field near the old stone church, while their families watch from the wooden "
+             "benches and a small brown dog runs after the ball along the white line.")
+BATCH_TIMEOUT_MICROS = 1000  # small against a warm single-sentence request (~0.2 s)
+
+
+def _serving_apis():
+    try:
+        from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+    except ImportError as err:  # pinned in setup.py; a clear message if it is missing
+        raise ImportError("Warm-up records need the TF Serving protos: pip install "
+                          "tensorflow-serving-api==2.21.*") from err
+    return predict_pb2, prediction_log_pb2
+
+
+def signature_inputs(translator, signature, texts):
+    """The request inputs of `signature` for `texts`: {name: numpy array}, batch-major.
+
+    `translate_per_example` gets the export's own options, one value per text."""
+    inputs = {"text": np.array(texts, dtype=object)}
+    if signature == "translate_per_example":
+        size = len(texts)
+        inputs.update(
+            beam_size=np.full([size], translator.beam_size, np.int32),
+            alpha=np.full([size], translator.alpha, np.float32),
+            extra_length=np.full([size], translator.extra_length, np.int32),
+            max_input_tokens=np.full([size], translator.max_input_tokens, np.int32))
+    elif signature != "serving_default":
+        raise ValueError(f"No warm-up inputs for signature {signature!r}; batchable "
+                         f"signatures: {BATCHABLE_SIGNATURES}.")
+    return inputs
+
+
+def warmup_batch_sizes(translator):
+    """Batch size 1 and the size the export is tuned for (its `max_batch_size`)."""
+    return sorted({1, translator.max_batch_size})
+
+
+def warmup_requests(translator, signatures=BATCHABLE_SIGNATURES, batch_sizes=None):
+    """PredictionLog protos: for each signature and batch size, a batch of short and a
+    batch of long sentences (the tuned-size batches also hold a blank input)."""
+    predict_pb2, prediction_log_pb2 = _serving_apis()
+    logs = []
+    for signature in signatures:
+        for size in batch_sizes or warmup_batch_sizes(translator):
+            for text in (SHORT_TEXT, LONG_TEXT):
+                texts = [text] * size
+                if size > 1:
+                    texts[-1] = ""
+                request = predict_pb2.PredictRequest()
+                request.model_spec.signature_name = signature
+                for name, value in signature_inputs(translator, signature, texts).items():
+                    request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+                logs.append(prediction_log_pb2.PredictionLog(
+                    predict_log=prediction_log_pb2.PredictLog(request=request)))
+    if len(logs) > MAX_RECORDS:
+        raise ValueError(f"{len(logs)} warm-up records; TF Serving reads at most "
+                         f"{MAX_RECORDS}.")
+    return logs
+
+
+def write_warmup_records(version_dir, logs):
+    """Writes `logs` to `<version_dir>/assets.extra/tf_serving_warmup_requests`."""
+    os.makedirs(os.path.join(version_dir, EXTRA_DIR), exist_ok=True)
+    path = os.path.join(version_dir, EXTRA_DIR, WARMUP_FILENAME)
+    with tf.io.TFRecordWriter(path) as writer:
+        for log in logs:
+            writer.write(log.SerializeToString())
+    return path
+
+
+def read_warmup_records(path):
+    """The PredictionLog protos of a warm-up file (a version dir or the file itself)."""
+    _, prediction_log_pb2 = _serving_apis()
+    if os.path.isdir(path):
+        path = os.path.join(path, EXTRA_DIR, WARMUP_FILENAME)
+    logs = []
+    for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+        log = prediction_log_pb2.PredictionLog()
+        log.ParseFromString(record)
+        logs.append(log)
+    return logs
+
+
+def batching_parameters(max_batch_size, num_batch_threads=None,
+                        batch_timeout_micros=BATCH_TIMEOUT_MICROS):
+    """An example `--batching_parameters_file` (text BatchingParameters proto) for CPU."""
+    threads = num_batch_threads or os.cpu_count() or 1
+    return (
+        "# tensorflow_model_server --enable_batching --batching_parameters_file=THIS_FILE\n"
+        "# CPU example written at export: num_batch_threads = the exporting machine's cores\n"
+        "# (set it to the server's); max_batch_size = the export's in-graph chunk size, so a\n"
+        "# batch is decoded in one go. Clients send at most max_batch_size texts a request.\n"
+        f"max_batch_size {{ value: {int(max_batch_size)} }}\n"
+        f"batch_timeout_micros {{ value: {int(batch_timeout_micros)} }}\n"
+        f"max_enqueued_batches {{ value: {max(4, 4 * threads)} }}\n"
+        f"num_batch_threads {{ value: {threads} }}\n"
+        "pad_variable_length_inputs: false\n")
+
+
+def write_batching_parameters(version_dir, max_batch_size, num_batch_threads=None):
+    """Writes `<version_dir>/assets.extra/batching_parameters.txt`; returns its path."""
+    os.makedirs(os.path.join(version_dir, EXTRA_DIR), exist_ok=True)
+    path = os.path.join(version_dir, EXTRA_DIR, BATCHING_FILENAME)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(batching_parameters(max_batch_size, num_batch_threads))
+    return path
