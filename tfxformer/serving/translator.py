@@ -303,7 +303,7 @@ class Translator(tf.Module):
         def body(c, translations, scores):
             rows = pieces[c * size:tf.minimum((c + 1) * size, total)]
             out = beam_search(self.model, rows.to_tensor(), **options,
-                              max_length=self.max_output_tokens)
+                              max_output_length=self.max_output_tokens)
             text = self.detokenize(out.ids[:, 0], out.lengths[:, 0], tokenizer)
             return c + 1, translations.write(c, text), scores.write(c, out.scores[:, 0])
 
