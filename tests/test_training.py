@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import SHARED_DATA
 
-from tfxformer.serving.loading import load_run_dir
+from tfxformer.rundir import load_model
 from tfxformer.training import TrainConfig, train_and_evaluate
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")
@@ -39,7 +39,7 @@ def _config(data, model_dir, steps, **overrides):
 def _weights(model_dir, step, folder="checkpoints"):
     """All model weights of checkpoint `folder/ckpt-<step>`, restored through the model."""
     path = os.path.join(model_dir, folder, f"ckpt-{step}")
-    model, _, _ = load_run_dir(str(model_dir), checkpoint=path)
+    model, _, _ = load_model(str(model_dir), checkpoint=path)
     return model.get_weights()
 
 

@@ -9,10 +9,9 @@ vocabulary), `checkpoints/ckpt-<step>`, `averaged/ckpt-<step>`, `logs/` (TensorB
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import os
+import re
 import time
 
 import keras
@@ -21,7 +20,8 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from tfxformer import checkpoints as ckpt
-from tfxformer.config import PRECISION_POLICIES, get_preset
+from tfxformer import rundir
+from tfxformer.config import PRECISION_POLICIES, PRESETS, get_preset
 from tfxformer.data import pipeline, sources
 from tfxformer.data.tokenizer import Tokenizer, train_tokenizer
 from tfxformer.distribute import (
@@ -33,11 +33,13 @@ from tfxformer.distribute import (
 )
 from tfxformer.models.transformer import Transformer
 from tfxformer.schedules import TransformerSchedule, paper_adam
+from tfxformer.serving.loading import make_translate_fn
 from tfxformer.trainer import Trainer, learning_rate, nan_embeddings, nonfinite_fault_steps
 
 log = logging.getLogger("tfxformer")
 
 PRECISIONS = tuple(PRECISION_POLICIES)
+ON_NONFINITE = ("skip", "stop")
 # With --on-nonfinite skip, this many non-finite updates in a row stop training: the run
 # is diverging, and skipping forever would look like progress that never comes.
 MAX_CONSECUTIVE_NONFINITE = 50
@@ -47,61 +49,126 @@ class WorkerLostError(RuntimeError):
     """A worker of a multi-worker run died or became unreachable: restart every worker."""
 
 
+def _setting(default=dataclasses.MISSING, help="", choices=None):
+    """A TrainConfig field with its command-line help (and choices) as metadata."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
 @dataclasses.dataclass
 class TrainConfig:
-    """Every setting of a training run; defaults are the paper's base model on WMT14."""
+    """Every setting of a training run; defaults are the paper's base model on WMT14.
 
-    model_dir: str
-    data: str = "wmt14"
-    src: str = "en"
-    tgt: str = "de"
-    preset: str = "base"
-    vocab_size: int = 37_000
-    dropout: float | None = None  # None: the preset's
-    max_length: int = 256
-    batch_tokens: int = 25_000
-    accumulation_steps: int = 1
-    train_steps: int = 100_000
-    warmup_steps: int = 4_000
-    lr_scale: float = 1.0
-    label_smoothing: float = 0.1
-    checkpoint_every: int = 1_000
-    keep_checkpoints: int = 20
-    average_last: int = 5
-    eval_every: int = 1_000
-    eval_sentences: int = 500
-    beam_size: int = 4
-    alpha: float = 0.6
-    log_every: int = 100
-    cpu_devices: int | None = None
-    precision: str = "fp32"
-    xla: bool = False
-    seed: int = 0
-    shuffle_buffer: int = 100_000
-    on_nonfinite: str = "skip"
-    deterministic: bool = False
-    export_dir: str | None = None
-    tfds_data_dir: str | None = None
-    tfds_manual_dir: str | None = None
+    Each field's `metadata["help"]` is its documentation (and the `--help` text of
+    scripts/train_wmt.py, which makes one flag per field: max_length is --max-length);
+    settings named in help and errors are in backticks (:func:`settings_as_flags`).
+    """
+
+    model_dir: str = _setting(
+        help="run directory: config.json, spm.model, checkpoints/, logs/ (TensorBoard), "
+             "train.log. Rerunning with the same directory resumes from its latest "
+             "checkpoint")
+    data: str = _setting("wmt14", "'wmt14' (tensorflow-datasets wmt14_translate/de-en) or a "
+                         "folder with train.SRC/train.TGT and val.SRC/val.TGT text files "
+                         "(.gz accepted)")
+    src: str = _setting("en", "source language code (file suffix)")
+    tgt: str = _setting("de", "target language code (file suffix)")
+    preset: str = _setting("base", "model preset (base and big are the paper's Table 3)",
+                           choices=tuple(PRESETS))
+    vocab_size: int = _setting(37_000, "shared SentencePiece BPE vocabulary size (paper: "
+                               "about 37000 for EN-DE)")
+    dropout: float | None = _setting(None, "override the preset's dropout P_drop (paper: 0.1 "
+                                     "base, 0.3 big; default: the preset's)")
+    max_length: int = _setting(256, "training length filter: drop training pairs longer than "
+                               "this many tokens (either side, BOS/EOS included)")
+    max_positions: int | None = _setting(
+        None, "size of the model's position table, the longest source or output it can "
+              "take (default: the preset's, 1024, or `max_length` if larger, so that "
+              "translation can run past the training length)")
+    batch_tokens: int = _setting(25_000, "padded tokens per side in one global step, over all "
+                                 "replicas (paper: 25000 source + 25000 target)")
+    accumulation_steps: int = _setting(1, "global steps whose gradients make one update "
+                                       "(reach a token budget larger than memory allows)")
+    train_steps: int = _setting(100_000, "number of updates (paper: 100000 base, 300000 big)")
+    warmup_steps: int = _setting(4_000, "linear warmup of the learning rate (paper: 4000)")
+    lr_scale: float = _setting(1.0, "factor on the paper's learning-rate schedule")
+    label_smoothing: float = _setting(0.1, "label smoothing epsilon (paper: 0.1)")
+    checkpoint_every: int = _setting(1_000, "save a checkpoint ckpt-<step> every this many "
+                                     "updates")
+    keep_checkpoints: int = _setting(20, "checkpoints kept on disk")
+    average_last: int = _setting(5, "at the end, average the last K checkpoints into "
+                                 "averaged/ (paper: 5 base, 20 big; 0 or 1 = no averaging)")
+    eval_every: int = _setting(1_000, "validation loss and BLEU every this many updates "
+                               "(0 = never)")
+    eval_sentences: int = _setting(500, "validation sentences translated for BLEU (0 = loss "
+                                   "only)")
+    beam_size: int = _setting(4, "beam size for validation BLEU and the export (paper: 4)")
+    alpha: float = _setting(0.6, "length penalty alpha for validation BLEU and the export "
+                            "(paper: 0.6)")
+    log_every: int = _setting(100, "log loss, learning rate and tokens/s every this many "
+                              "updates")
+    cpu_devices: int | None = _setting(None, "split the CPU into N logical devices so "
+                                       "MirroredStrategy runs N replicas on a machine "
+                                       "without GPUs")
+    precision: str = _setting("fp32", "float32, mixed bfloat16 (CPU/TPU), or mixed float16 "
+                              "with loss scaling (GPU)", choices=PRECISIONS)
+    xla: bool = _setting(False, "compile the training step with XLA")
+    seed: int = _setting(0, "random seed (data order, vocabulary sampling)")
+    shuffle_buffer: int = _setting(100_000, "training pairs in the shuffle buffer")
+    on_nonfinite: str = _setting("skip", "on a NaN/Inf loss or gradient: 'skip' the update "
+                                 "or 'stop' training", choices=ON_NONFINITE)
+    deterministic: bool = _setting(False, "enable TensorFlow op determinism (slower; "
+                                   "reproducible runs)")
+    export_dir: str | None = _setting(None, "at the end, export the translator SavedModel "
+                                      "to EXPORT_DIR/<version>/")
+    tfds_data_dir: str | None = _setting(None, "tensorflow-datasets data directory for "
+                                         "`data` wmt14")
+    tfds_manual_dir: str | None = _setting(None, "tensorflow-datasets manual download "
+                                           "directory for `data` wmt14")
 
     def validate(self):
+        """Raises ValueError naming the setting (in backticks) and what is accepted."""
         positive = ("vocab_size", "max_length", "batch_tokens", "accumulation_steps",
                     "train_steps", "warmup_steps", "checkpoint_every", "keep_checkpoints",
                     "log_every", "beam_size")
         for name in positive:
             if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision {self.precision!r} not in {PRECISIONS}.")
-        if self.on_nonfinite not in ("skip", "stop"):
-            raise ValueError(f"on_nonfinite {self.on_nonfinite!r} not in ('skip', 'stop').")
-        if self.average_last < 0 or self.eval_every < 0 or self.eval_sentences < 0:
-            raise ValueError("average_last, eval_every and eval_sentences must be >= 0.")
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        for name in ("precision", "on_nonfinite", "preset"):
+            choices = setting(name).metadata["choices"]
+            if getattr(self, name) not in choices:
+                raise ValueError(f"`{name}` {getattr(self, name)!r} not in {choices}.")
+        for name in ("average_last", "eval_every", "eval_sentences"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        if self.max_positions is not None and self.max_positions < self.max_length:
+            raise ValueError(f"`max_positions` {self.max_positions} is below `max_length` "
+                             f"{self.max_length}: training pairs would not fit the model's "
+                             "position table.")
 
     def model_kwargs(self) -> dict:
+        """The Transformer arguments: the preset with the vocabulary size, `dropout` and
+        the position-table size `max_positions` (by default the preset's, 1024, raised to
+        `max_length` if that is larger: this is the one place it is chosen)."""
         overrides = {} if self.dropout is None else {"dropout": self.dropout}
-        return get_preset(self.preset, vocab_size=self.vocab_size,
-                          max_length=max(self.max_length, 1024), **overrides)
+        kwargs = get_preset(self.preset, vocab_size=self.vocab_size, **overrides)
+        preset_positions = [kwargs.pop(name) for name in ("max_positions", "max_length")
+                            if name in kwargs][0]
+        positions = self.max_positions if self.max_positions is not None else \
+            max(self.max_length, int(preset_positions))
+        return rundir.model_arguments({**kwargs, "max_positions": positions})
+
+
+def setting(name: str) -> dataclasses.Field:
+    """The TrainConfig field `name` (its type, default and help)."""
+    return {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
+
+
+def settings_as_flags(message: str) -> str:
+    """`message` with each TrainConfig setting named in backticks spelled as its flag
+    (`max_length` -> --max-length), for scripts/train_wmt.py."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    return re.sub(r"`(\w+)`", lambda m: "--" + m.group(1).replace("_", "-")
+                  if m.group(1) in names else m.group(0), message)
 
 
 def set_precision(precision: str) -> None:
@@ -118,7 +185,7 @@ def _setup_logging(model_dir: str | None) -> None:
         handler.close()
     handlers = [logging.StreamHandler()]  # today's sys.stderr
     if model_dir:
-        handlers.append(logging.FileHandler(os.path.join(model_dir, "train.log"),
+        handlers.append(logging.FileHandler(os.path.join(model_dir, rundir.TRAIN_LOG),
                                             encoding="utf-8"))
     for handler in handlers:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -128,22 +195,22 @@ def _setup_logging(model_dir: str | None) -> None:
 
 def prepare_vocabulary(config: TrainConfig, corpus, strategy, chief: bool) -> Tokenizer:
     """Loads `spm.model` from the run dir, or trains it (chief) while the others wait."""
-    path = os.path.join(config.model_dir, "spm.model")
+    path = os.path.join(config.model_dir, rundir.SPM_FILENAME)
     if chief and not os.path.exists(path):
         log.info("Training the shared %d-token SentencePiece BPE vocabulary on %s",
                  config.vocab_size, corpus.origin)
         trained = train_tokenizer(corpus.training_text(), config.vocab_size, seed=config.seed)
-        ckpt.write_atomically(path, trained.proto)  # a kill never leaves half a vocabulary
+        rundir.write_atomically(path, trained.spm_bytes)  # never half a vocabulary
         log.info("Saved the vocabulary to %s", path)
     barrier(strategy)  # the other workers read the chief's file
     if not os.path.exists(path) and not chief:
         raise FileNotFoundError(f"{path} does not exist after the chief wrote it: every "
-                                "worker needs the same --model-dir (a shared filesystem).")
-    tokenizer = ckpt.load_vocabulary(path)
+                                "worker needs the same `model_dir` (a shared filesystem).")
+    tokenizer = rundir.load_vocabulary(path)
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(
-            f"{path} has {tokenizer.vocab_size} tokens but --vocab-size is "
-            f"{config.vocab_size}; use a new --model-dir or the vocabulary's size.")
+            f"{path} has {tokenizer.vocab_size} tokens but `vocab_size` is "
+            f"{config.vocab_size}; use a new `model_dir` or the vocabulary's size.")
     return tokenizer
 
 
@@ -162,23 +229,10 @@ def build_training(config: TrainConfig, strategy):
     return model, optimizer, trainer
 
 
-def make_translate_fn(model, tokenizer: Tokenizer, beam_size: int, alpha: float):
-    """A function list[str] -> list[str] translating with beam search in one graph."""
-    from tfxformer.serving.translator import Translator
-
-    translator = Translator(model, tokenizer.proto, beam_size=beam_size, alpha=alpha)
-
-    def translate(lines: list[str]) -> list[str]:
-        if not lines:
-            return []
-        out = translator(tf.constant(lines))["translation"].numpy()
-        return [t.decode("utf-8") for t in out]
-    return translate
-
-
 def evaluate(trainer, tokenizer, split, strategy, sentences: int, translate_fn=None,
              batch_size: int = 64) -> dict:
-    """Validation loss, perplexity (on `split`), and sacreBLEU on its first `sentences`."""
+    """Validation loss, perplexity (on `split`), and sacreBLEU on its first `sentences`
+    translated by `translate_fn` (:func:`tfxformer.serving.make_translate_fn`)."""
     data = pipeline.eval_dataset(split.dataset(), tokenizer, batch_size=batch_size,
                                  with_text=False)
     totals = [0.0, 0.0, 0.0]
@@ -188,26 +242,21 @@ def evaluate(trainer, tokenizer, split, strategy, sentences: int, translate_fn=N
     result = {"val_loss": smoothed / max(tokens, 1.0), "val_nll": nll / max(tokens, 1.0)}
     if sentences and translate_fn is not None:
         src, ref = split.lists()
-        src, ref = src[:sentences], ref[:sentences]
-        hyps = []
-        for i in range(0, len(src), batch_size):
-            hyps += translate_fn(src[i:i + batch_size])
-        result["val_bleu"] = sacrebleu.corpus_bleu(hyps, [ref]).score
+        hyps = translate_fn(src[:sentences])
+        result["val_bleu"] = sacrebleu.corpus_bleu(hyps, [ref[:sentences]]).score
     return result
 
 
 def _write_config(config: TrainConfig, model_config: dict, chief: bool,
                   tokenizer: Tokenizer) -> None:
     """Writes config.json, or checks a resumed run against the one already there."""
-    path = os.path.join(config.model_dir, "config.json")
-    record = {"model": model_config, "src": config.src, "tgt": config.tgt,
-              "max_length": config.max_length, "preset": config.preset,
-              "vocabulary_sha256": hashlib.sha256(tokenizer.proto).hexdigest(),
-              "train": dataclasses.asdict(config)}
-    if os.path.exists(path):
-        ckpt.check_compatible(path, record)
+    record = rundir.make_record(model_config, config.src, config.tgt, config.max_length,
+                                config.preset, tokenizer.spm_bytes,
+                                dataclasses.asdict(config))
+    if os.path.exists(os.path.join(config.model_dir, rundir.CONFIG_FILENAME)):
+        rundir.check_compatible(config.model_dir, record)
     elif chief:
-        ckpt.write_atomically(path, json.dumps(record, indent=2).encode("utf-8"))
+        rundir.write_config(config.model_dir, record)
 
 
 def _data_settings(config: TrainConfig, replicas: int) -> dict:
@@ -222,7 +271,7 @@ def _check_splits(config: TrainConfig, corpus) -> None:
         raise ValueError(f"The training split {corpus.train.origin} is empty.")
     if config.eval_every and corpus.val.num_examples == 0:
         raise ValueError(f"The validation split {corpus.val.origin} is empty; give it pairs, "
-                         "or pass --eval-every 0 to train without evaluation.")
+                         "or set `eval_every` 0 to train without evaluation.")
 
 
 def _check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer) -> None:
@@ -231,12 +280,16 @@ def _check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer) -> 
                                     max_length=config.max_length)
     if stats.kept == 0:
         raise ValueError(f"No training pair of {corpus.train.origin} is usable: {stats}. "
-                         "Pairs need a non-empty source and target of at most --max-length "
+                         "Pairs need a non-empty source and target of at most `max_length` "
                          f"{config.max_length} tokens each (BOS/EOS included).")
 
 
-def train_and_evaluate(config: TrainConfig) -> dict:
+def train_and_evaluate(config: TrainConfig, kill_at_save_step: int | None = None) -> dict:
     """Runs (or resumes) training as `config` says; returns the last metrics.
+
+    `kill_at_save_step` is fault injection for tests (:class:`tfxformer.checkpoints.Manager`).
+    Errors name settings in backticks (`max_length`); :func:`settings_as_flags` spells
+    them as flags.
 
     Raises:
         ValueError, FileNotFoundError: bad settings, data, vocabulary, config.json or
@@ -257,7 +310,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     _setup_logging(config.model_dir if chief else None)
     log.info("%d replicas in sync (%s)", strategy.num_replicas_in_sync, type(strategy).__name__)
     try:
-        return _run(config, strategy, chief)
+        return _run(config, strategy, chief, kill_at_save_step)
     except tf.errors.UnavailableError as error:
         if not is_multi_worker(strategy):
             raise
@@ -269,7 +322,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
             f"{ckpt.describe_last_checkpoint(config.model_dir)}.") from error
 
 
-def _run(config: TrainConfig, strategy, chief: bool) -> dict:
+def _run(config: TrainConfig, strategy, chief: bool, kill_at_save_step=None) -> dict:
     corpus = sources.load_corpus(config.data, config.src, config.tgt,
                                  data_dir=config.tfds_data_dir,
                                  manual_dir=config.tfds_manual_dir)
@@ -288,13 +341,14 @@ def _run(config: TrainConfig, strategy, chief: bool) -> dict:
     batches = iter(train_data)
     manager = ckpt.Manager(config.model_dir, model, optimizer, config.keep_checkpoints,
                            chief=chief, data_iterator=batches,
-                           data_settings=_data_settings(config, replicas))
+                           data_settings=_data_settings(config, replicas),
+                           kill_at_save_step=kill_at_save_step)
     step = manager.restore_latest()
     if step == 0:  # every worker: one that found nothing to train on would spin forever
         _check_training_pairs(config, corpus, tokenizer)
-    translate_fn = make_translate_fn(model, tokenizer, config.beam_size, config.alpha) \
-        if config.eval_sentences else None
-    writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "logs")) \
+    translate_fn = make_translate_fn(model, tokenizer.spm_bytes, config.beam_size,
+                                     config.alpha) if config.eval_sentences else None
+    writer = tf.summary.create_file_writer(os.path.join(config.model_dir, rundir.LOGS)) \
         if chief else tf.summary.create_noop_writer()
     metrics = _train_loop(config, trainer, batches, manager, writer, step,
                           lambda: evaluate(trainer, tokenizer, corpus.val, strategy,

@@ -33,11 +33,16 @@ class SentenceAttention(NamedTuple):
     weights: dict
 
 
-def sentence_attention(model, sentencepiece_model: bytes, sentence: str,
+def sentence_attention(model, spm_bytes: bytes, sentence: str,
                        extra_length=DEFAULT_EXTRA_LENGTH):
-    """Greedy-translates `sentence` and returns its :class:`SentenceAttention`."""
-    processor = spm.SentencePieceProcessor(model_proto=sentencepiece_model)
-    limit = int(model.model_config["max_length"])
+    """Greedy-translates `sentence` and returns its :class:`SentenceAttention`.
+
+    `model` is a :class:`tfxformer.Transformer` (e.g. from :func:`tfxformer.rundir.load_model`),
+    `spm_bytes` its vocabulary; the source is cut to the model's position table.
+    """
+    processor = spm.SentencePieceProcessor(model_proto=spm_bytes)
+    config = model.model_config
+    limit = int(config["max_positions"] if "max_positions" in config else config["max_length"])
     source = processor.encode(sentence)[: limit - 1] + [EOS_ID]
     source_ids = tf.constant([source], tf.int32)
     output = greedy_decode(model, source_ids, extra_length=extra_length)
