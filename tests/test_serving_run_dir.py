@@ -177,7 +177,7 @@ def _fake_checkpoint(folder, step, named=True):
     for suffix in (".index", ".data-00000-of-00001"):
         (folder / f"ckpt-{step}{suffix}").touch()
     if named:
-        tf.train.update_checkpoint_state(str(folder), str(folder / f"ckpt-{step}"))
+        tf.compat.v1.train.update_checkpoint_state(str(folder), str(folder / f"ckpt-{step}"))
 
 
 def test_find_checkpoint_takes_the_state_files_averaged_first(tmp_path):

@@ -31,6 +31,8 @@ import tensorflow as tf
 
 from tfxformer.config import PRECISION_POLICIES
 from tfxformer.data.tokenizer import MODEL_FILENAME as SPM_FILENAME
+from tfxformer.data.tokenizer import Tokenizer
+from tfxformer.models.transformer import Transformer
 
 log = logging.getLogger("tfxformer")
 
@@ -127,8 +129,6 @@ def model_arguments(model: dict) -> dict:
     Run dirs written before the position-table size was called `max_positions` name it
     `max_length`; it is passed under the name the Transformer accepts.
     """
-    from tfxformer.models.transformer import Transformer
-
     accepted = inspect.signature(Transformer.__init__).parameters
     arguments = dict(model)
     for old, new in (("max_length", "max_positions"), ("max_positions", "max_length")):
@@ -167,8 +167,6 @@ def check_compatible(run_dir: str, record: dict) -> None:
 def load_vocabulary(path: str):
     """Loads `spm.model` (a file, or a run dir holding one) as a
     :class:`tfxformer.data.Tokenizer`, with a clear error for a missing or corrupt file."""
-    from tfxformer.data.tokenizer import Tokenizer
-
     try:
         return Tokenizer.load(path)
     except FileNotFoundError:
@@ -315,8 +313,6 @@ def untracked_weights(model) -> list[str]:
 
 def build_model(model: dict, precision: str = "fp32"):
     """A built :class:`tfxformer.Transformer` from a record's "model" (random weights)."""
-    from tfxformer.models.transformer import Transformer
-
     if precision not in PRECISION_POLICIES:
         raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
     built = Transformer(**model_arguments(model), dtype=PRECISION_POLICIES[precision])

@@ -1,9 +1,9 @@
 """Training and evaluation (§5): data → vocabulary → model → distributed steps → checkpoints.
 
-`train_and_evaluate(config)` is what `scripts/train_wmt.py` calls. A run directory holds
-everything: `config.json` (the resolved configuration), `spm.model` (the shared
-vocabulary), `checkpoints/ckpt-<step>`, `averaged/ckpt-<step>`, `logs/` (TensorBoard),
-`train.log`. Running the same command again resumes from the latest checkpoint.
+`train_and_evaluate(config)` is what `scripts/train_wmt.py` calls. It writes a run
+directory (:mod:`tfxformer.rundir`: `config.json`, `spm.model`, `checkpoints/`,
+`averaged/`, `logs/`, `train.log`); running the same command again resumes from the latest
+checkpoint its state file names.
 """
 
 from __future__ import annotations
