@@ -23,7 +23,7 @@ import typing
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tfxformer.training import TrainConfig, settings_as_flags  # noqa: E402
+from tfxformer.train_config import TrainConfig, settings_as_flags  # noqa: E402
 
 # Fault injection for tests only: SIGKILL the process after the files of ckpt-<N> are
 # written, before the state file names them (tfxformer.checkpoints.Manager).

@@ -9,7 +9,8 @@ import pytest
 from conftest import SHARED_DATA
 
 from tfxformer.rundir import load_model
-from tfxformer.training import TrainConfig, settings_as_flags, train_and_evaluate
+from tfxformer.train_config import settings_as_flags
+from tfxformer.training import TrainConfig, train_and_evaluate
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")
 

@@ -42,8 +42,9 @@ CHECKPOINT_SUBDIRS = (AVERAGED, CHECKPOINTS)  # for loading a model, in order of
 STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's state file in each of them
 LOGS, TRAIN_LOG = "logs", "train.log"
 __all__ = [
-    "AVERAGED", "CHECKPOINTS", "CONFIG_FILENAME", "LOGS", "MUST_MATCH", "RECORD_KEYS",
-    "SPM_FILENAME", "STATE_FILE", "TRAIN_LOG", "check_compatible", "checkpoint_files",
+    "AVERAGED", "CHECKPOINTS", "CHECKPOINT_SUBDIRS", "CONFIG_FILENAME", "LOGS", "MUST_MATCH",
+    "RECORD_KEYS", "SPM_FILENAME", "STATE_FILE", "TRAIN_LOG", "build_model",
+    "check_compatible", "checkpoint_files",
     "corrupt_error", "describe_last_checkpoint", "find_checkpoint", "hidden_model_variables",
     "is_complete", "latest_checkpoint", "load_model", "load_vocabulary", "make_record",
     "model_arguments", "read_config", "read_spm_bytes", "restore", "untracked_weights",

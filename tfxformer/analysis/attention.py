@@ -14,7 +14,8 @@ import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
 
-from tfxformer.decoding import BOS_ID, DEFAULT_EXTRA_LENGTH, EOS_ID, greedy_decode
+from tfxformer.decoding import DEFAULT_EXTRA_LENGTH, greedy_decode
+from tfxformer.ids import BOS_ID, EOS_ID
 
 KINDS = ("encoder", "decoder", "cross")
 _TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
