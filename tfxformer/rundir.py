@@ -237,7 +237,8 @@ def latest_checkpoint(directory: str) -> str | None:
             "from the previous checkpoint, or train into a new run dir (`model_dir`).")
     for path in reversed(state.all_model_checkpoint_paths):
         if is_complete(path):
-            log.warning("Checkpoint %s named by %s has no files; using %s instead",
+            log.warning("Checkpoint %s named by %s has no files; resuming from (or loading) %s "
+                        "instead",
                         latest, state_path, path)
             return path
     raise ValueError(f"None of the checkpoints that {state_path} names has its files "
