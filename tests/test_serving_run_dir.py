@@ -3,6 +3,7 @@
 import concurrent.futures
 import http.server
 import json
+import logging
 import os
 import re
 import shutil
@@ -180,9 +181,10 @@ def _fake_checkpoint(folder, step, named=True):
         tf.compat.v1.train.update_checkpoint_state(str(folder), str(folder / f"ckpt-{step}"))
 
 
-def test_find_checkpoint_takes_the_state_files_averaged_first(tmp_path):
+def test_find_checkpoint_takes_the_state_files_averaged_first(tmp_path, caplog, monkeypatch):
     """One rule for "the newest": the state file's; a checkpoint whose files are complete
     but which no state file names (a save cut short) is never loaded."""
+    monkeypatch.setattr(logging.getLogger("tfxformer"), "propagate", True)  # training's off
     assert find_checkpoint(str(tmp_path)) is None
     _fake_checkpoint(tmp_path / "checkpoints", 9)
     _fake_checkpoint(tmp_path / "checkpoints", 12, named=False)
@@ -190,7 +192,9 @@ def test_find_checkpoint_takes_the_state_files_averaged_first(tmp_path):
     _fake_checkpoint(tmp_path / "averaged", 7, named=False)  # no state file: ignored
     assert find_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoints" / "ckpt-9")
     _fake_checkpoint(tmp_path / "averaged", 8)
-    assert find_checkpoint(str(tmp_path)) == str(tmp_path / "averaged" / "ckpt-8")
+    with caplog.at_level("WARNING", logger="tfxformer"):
+        assert find_checkpoint(str(tmp_path)) == str(tmp_path / "averaged" / "ckpt-8")
+    assert "averaged before the newer" in caplog.text and "checkpoints/ckpt-9" in caplog.text
 
 
 def test_resolve_model_dir(tmp_path):

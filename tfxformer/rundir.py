@@ -248,14 +248,25 @@ def latest_checkpoint(directory: str) -> str | None:
 
 def find_checkpoint(run_dir: str) -> str | None:
     """The checkpoint a model is loaded from: the latest that `averaged/`'s state file
-    names, else the latest of `checkpoints/` (:func:`latest_checkpoint`); None if none."""
-    for subdir in CHECKPOINT_SUBDIRS:
-        folder = os.path.join(run_dir, subdir)
-        if os.path.isdir(folder):
-            path = latest_checkpoint(folder)
-            if path:
-                return path
-    return None
+    names, else the latest of `checkpoints/` (:func:`latest_checkpoint`); None if none.
+    An averaged checkpoint older than the newest of `checkpoints/` is still taken, with a
+    warning naming the newer one."""
+    folders = {d: os.path.join(run_dir, d) for d in CHECKPOINT_SUBDIRS}
+    averaged = latest_checkpoint(folders[AVERAGED]) if os.path.isdir(folders[AVERAGED]) \
+        else None
+    if averaged is None:
+        trained = folders[CHECKPOINTS]
+        return latest_checkpoint(trained) if os.path.isdir(trained) else None
+    newest = describe_last_checkpoint(run_dir)  # never raises
+    if is_complete(newest) and _step(newest) > _step(averaged):
+        log.warning("Loading %s, averaged before the newer %s (training went on after "
+                    "averaging); pass that checkpoint to load it instead.", averaged, newest)
+    return averaged
+
+
+def _step(path: str) -> int:
+    tail = os.path.basename(path).rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
 
 
 def describe_last_checkpoint(run_dir: str) -> str:
