@@ -5,8 +5,8 @@
 
     python scripts/average_checkpoints.py --model-dir runs/base --last 5
 
-Export (`python -m tfxformer.serving.export`) and `scripts/translate.py` prefer the averaged
-checkpoint when a run dir has one.
+Export, `scripts/translate.py` and `scripts/evaluate.py` load the averaged checkpoint when a
+run dir has one (tfxformer.rundir.find_checkpoint).
 """
 
 import argparse

@@ -1,12 +1,14 @@
-"""Translate test sets with a model and score them both ways (sacreBLEU, compound-split BLEU).
+"""Translate test sets with a model and score them: sacreBLEU, chrF, compound-split BLEU.
 
     python scripts/evaluate.py --model saved_models/multi30k_en_de \\
         --data ../shared/data/multi30k --sets test_2016_flickr test_2017_flickr --greedy
 
---model is an exported SavedModel (scored through its `serving_default` signature; greedy
-rows through `translate_with_options` with beam 1, alpha 0) or a trained run dir (optionally
---checkpoint, e.g. RUN/checkpoints/ckpt-5000 for the model before averaging). Prints a
-markdown table and one JSON line per row; --hyp-dir keeps the translations.
+--model is an exported SavedModel (its export's decoding options; greedy rows with beam 1,
+alpha 0) or a trained run dir (optionally --checkpoint, e.g. RUN/checkpoints/ckpt-5000 for
+the model before averaging), loaded by tfxformer.serving.load_translate_fn. With --metric
+multi30k each row also has the BLEU Multi30k papers report (lowercased, normalised, Moses
+tokenized, against DATA/tok/SET.lc.norm.tok.TGT). Prints a markdown table and one JSON line
+per row; --hyp-dir keeps the translations.
 """
 
 import argparse
@@ -17,54 +19,50 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-
-def load(model_path, checkpoint=None, precision="fp32"):
-    """Returns {mode: translate(list[str]) -> list[str]} for "beam" and "greedy"."""
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-
-    from tfxformer.serving.loading import resolve_model_dir
-
-    kind, path = resolve_model_dir(model_path)
-    if kind == "saved_model":
-        if precision != "fp32":
-            raise ValueError(f"--precision {precision} applies to run dirs; a SavedModel "
-                             "computes in the type it was exported with.")
-        model = tf.saved_model.load(path)
-        default = model.signatures["serving_default"]
-        options = model.signatures["translate_with_options"]
-        beam = lambda text: default(text=text)  # noqa: E731
-        greedy = lambda text: options(text=text, beam_size=tf.constant(1),  # noqa: E731
-                                      alpha=tf.constant(0.0), extra_length=tf.constant(50))
-    else:
-        from tfxformer.serving import Translator, load_run_dir
-
-        model, _, spm_bytes = load_run_dir(path, checkpoint, precision=precision)
-        translator = Translator(model, spm_bytes)
-        beam = translator.__call__
-        greedy = lambda text: translator.translate_with_options(  # noqa: E731
-            text, tf.constant(1), tf.constant(0.0), tf.constant(50))
-
-    def wrap(function):
-        def translate(lines, _owner=model):
-            out = function(tf.constant(lines, tf.string))["translation"].numpy()
-            return [t.decode("utf-8") for t in out]
-        return translate
-    return path, {"beam": wrap(beam), "greedy": wrap(greedy)}
+METRICS = ("multi30k",)
 
 
-def main(argv=None) -> int:
+def load(model_path, checkpoint=None, precision="fp32", batch_size=64, greedy=False):
+    """Returns (path, {mode: translate(list[str]) -> list[str]}) for "beam" (and "greedy")."""
+    from tfxformer.decoding import DEFAULT_EXTRA_LENGTH
+    from tfxformer.serving import load_translate_fn
+
+    beam = load_translate_fn(model_path, batch_size=batch_size, precision=precision,
+                             checkpoint=checkpoint)
+    translators = {"beam": beam}
+    if greedy:
+        translators["greedy"] = load_translate_fn(
+            model_path, beam_size=1, alpha=0.0, extra_length=DEFAULT_EXTRA_LENGTH,
+            batch_size=batch_size, precision=precision, checkpoint=checkpoint)
+    return beam.path, translators
+
+
+def multi30k_references(data, name, tgt):
+    """The lines of Multi30k's tokenized reference file DATA/tok/NAME.lc.norm.tok.TGT."""
+    from tfxformer.data.sources import iter_lines
+
+    path = os.path.join(data, "tok", f"{name}.lc.norm.tok.{tgt}")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--metric multi30k needs the tokenized reference {path} "
+                                "(Multi30k's tok/ folder).")
+    return [*iter_lines(path)]
+
+
+def _parser():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="SavedModel (or export dir) or run dir")
-    parser.add_argument("--checkpoint", help="checkpoint prefix of a run dir (default: newest, "
-                        "averaged first)")
+    parser.add_argument("--checkpoint", help="checkpoint prefix of a run dir (default: the "
+                        "newest that the state file names, averaged first)")
     parser.add_argument("--data", required=True, help="folder with NAME.SRC / NAME.TGT files")
     parser.add_argument("--sets", nargs="+", required=True, help="test set names, e.g. "
                         "test_2016_flickr")
     parser.add_argument("--src", default="en", help="source suffix (default: %(default)s)")
     parser.add_argument("--tgt", default="de", help="target suffix (default: %(default)s)")
     parser.add_argument("--greedy", action="store_true", help="also score greedy decoding")
+    parser.add_argument("--metric", choices=METRICS, action="append", default=[],
+                        help="also score with this metric: multi30k = the literature's "
+                        "Multi30k BLEU (lowercased, tokenized references in DATA/tok/)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per call "
                         "(default: %(default)s)")
     parser.add_argument("--hyp-dir", help="write each set's translations here")
@@ -72,32 +70,61 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="compute type for a run dir (bf16: bfloat16 matmuls, float32 "
                              "weights and softmax) (default: %(default)s)")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def _score(hyps, references, tgt, multi30k_refs):
     from tfxformer.bleu import compound_split_bleu, sacrebleu_scores
-    from tfxformer.data.sources import iter_lines
-    from tfxformer.serving.batching import translate_in_length_order
 
+    scores = dict(**sacrebleu_scores(hyps, references),
+                  bleu_compound_split=compound_split_bleu(hyps, references, tgt))
+    if multi30k_refs is not None:
+        from tfxformer.bleu import multi30k_bleu
+
+        scores["bleu_multi30k"] = multi30k_bleu(hyps, multi30k_refs, tgt)
+    return scores
+
+
+def _table(rows, multi30k):
+    extra = (" multi30k |", "---|") if multi30k else ("", "")
+    print("\n| model | set | decoding | sacreBLEU | lowercased | chrF | compound-split |"
+          + extra[0])
+    print("|---|---|---|---|---|---|---|" + extra[1])
+    for r in rows:
+        cell = f" {r['bleu_multi30k']:.2f} |" if multi30k else ""
+        print(f"| {r['model']} | {r['set']} | {r['decoding']} | {r['bleu']:.2f} | "
+              f"{r['bleu_lowercase']:.2f} | {r['chrf']:.2f} | {r['bleu_compound_split']:.2f} |"
+              + cell)
+    print(f"\nsacreBLEU signature: {rows[0]['signature']}")
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    from tfxformer.data.sources import iter_lines
+
+    multi30k = "multi30k" in args.metric
     try:
-        path, translators = load(args.model, args.checkpoint, args.precision)
+        if multi30k:
+            from tfxformer.bleu import multi30k_bleu  # noqa: F401  (fail early if missing)
         data = {name: ([*iter_lines(os.path.join(args.data, f"{name}.{args.src}"))],
-                       [*iter_lines(os.path.join(args.data, f"{name}.{args.tgt}"))])
+                       [*iter_lines(os.path.join(args.data, f"{name}.{args.tgt}"))],
+                       multi30k_references(args.data, name, args.tgt) if multi30k else None)
                 for name in args.sets}
-    except (OSError, ValueError) as error:
+        path, translators = load(args.model, args.checkpoint, args.precision,
+                                 args.batch_size, args.greedy)
+    except (OSError, ValueError, ImportError) as error:
         print(f"evaluate.py: error: {error}", file=sys.stderr)
         return 2
-    modes = ["beam", "greedy"] if args.greedy else ["beam"]
     rows = []
-    for name, (sources, references) in data.items():
-        for mode in modes:
+    for name, (sources, references, multi30k_refs) in data.items():
+        for mode, translate in translators.items():
             start = time.perf_counter()
-            hyps = translate_in_length_order(translators[mode], sources, args.batch_size)
+            hyps = translate(sources)
             seconds = time.perf_counter() - start
             row = dict(model=args.label or path, set=name, decoding=mode,
-                       precision=args.precision,
-                       sentences=len(hyps), seconds=round(seconds, 1),
-                       **sacrebleu_scores(hyps, references),
-                       bleu_compound_split=compound_split_bleu(hyps, references, args.tgt))
+                       precision=args.precision, sentences=len(hyps),
+                       seconds=round(seconds, 1),
+                       **_score(hyps, references, args.tgt, multi30k_refs))
             rows.append(row)
             if args.hyp_dir:
                 os.makedirs(args.hyp_dir, exist_ok=True)
@@ -105,12 +132,7 @@ def main(argv=None) -> int:
                           encoding="utf-8") as f:
                     f.write("".join(h + "\n" for h in hyps))
             print(json.dumps(row), flush=True)
-    print("\n| model | set | decoding | sacreBLEU | lowercased | chrF | compound-split |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['model']} | {r['set']} | {r['decoding']} | {r['bleu']:.2f} | "
-              f"{r['bleu_lowercase']:.2f} | {r['chrf']:.2f} | {r['bleu_compound_split']:.2f} |")
-    print(f"\nsacreBLEU signature: {rows[0]['signature']}")
+    _table(rows, multi30k)
     return 0
 
 

@@ -5,7 +5,8 @@
 
 One row per (kind, layer), one column per head; kinds: encoder self-attention, decoder
 self-attention, encoder-decoder ("cross") attention. Needs a trained run dir (a SavedModel
-does not return attention weights).
+does not return attention weights); its checkpoint is the one export and translation
+load (averaged first), or --checkpoint.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from tfxformer.serving.attention_plot import KINDS, plot_attention, sentence_attention  # noqa: E402
-from tfxformer.serving.loading import load_run_dir, resolve_model_dir  # noqa: E402
+from tfxformer.analysis import KINDS, plot_attention, sentence_attention  # noqa: E402
+from tfxformer.rundir import load_model  # noqa: E402
+from tfxformer.serving import resolve_model_dir  # noqa: E402
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="trained run dir (config.json, spm.model, checkpoints/)")
+    parser.add_argument("--checkpoint", help="checkpoint prefix (default: the newest that "
+                        "the state file names, averaged first)")
     parser.add_argument("--text", required=True, help="the source sentence to translate")
     parser.add_argument("-o", "--output", default="attention.png",
                         help="PNG file to write (default: %(default)s)")
@@ -39,7 +43,7 @@ def main(argv=None):
         if kind != "run_dir":
             raise ValueError(f"{path!r} is a SavedModel, which does not return attention "
                              "weights; give the trained run dir it was exported from.")
-        model, _, spm_bytes = load_run_dir(path)
+        model, _, spm_bytes = load_model(path, args.checkpoint)
         attention = sentence_attention(model, spm_bytes, args.text,
                                        extra_length=args.max_extra_length)
         plot_attention(attention, args.output, kinds=args.kinds, layers=args.layers)

@@ -11,16 +11,12 @@ throughput go to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-# Paper defaults (§6.1), also those of tfxformer.decoding; kept literal so that a
-# SavedModel is served without importing tfxformer.
-DEFAULTS = dict(beam_size=4, alpha=0.6, extra_length=50)
 BUFFER_BATCHES = 16  # lines read ahead, in batches, and sorted by length to batch well
 
 
@@ -66,82 +62,31 @@ def parse_args(argv=None):
     return parser, parser.parse_args(argv)
 
 
-def load_translate_fn(model_dir, options):
-    """Returns translate(list of bytes) -> list of str, for a SavedModel or a run dir."""
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-
-    from tfxformer.serving.loading import resolve_model_dir
-
-    kind, path = resolve_model_dir(model_dir)
-    if kind == "saved_model":
-        try:
-            model = tf.saved_model.load(path)
-        except (tf.errors.OpError, OSError, ValueError) as err:
-            raise ValueError(f"Could not load the SavedModel {path!r}: {err}") from None
-        if "translate_with_options" not in model.signatures:
-            raise ValueError(f"SavedModel {path!r} has no `translate_with_options` signature "
-                             f"(has {sorted(model.signatures)}); export it with "
-                             "tfxformer.serving.export.")
-        function = model.signatures["translate_with_options"]
-        exported = _exported_options(model)
-    else:
-        from tfxformer.serving import Translator, load_run_dir
-
-        model, _, spm_bytes = load_run_dir(path)
-        translator = Translator(model, spm_bytes)
-        function = translator.translate_with_options
-        exported = {}
-    owner = model if kind == "saved_model" else translator  # tf.functions hold it weakly
-    chosen = {k: v if v is not None else exported.get(k, DEFAULTS[k])
-              for k, v in options.items()}
-    print(f"model: {path} ({kind.replace('_', ' ')}); beam size {chosen['beam_size']}, "
-          f"alpha {chosen['alpha']}, extra length {chosen['extra_length']}", file=sys.stderr)
-    beam_size = tf.constant(chosen["beam_size"], tf.int32)
-    alpha = tf.constant(chosen["alpha"], tf.float32)
-    extra = tf.constant(chosen["extra_length"], tf.int32)
-
-    def translate(lines, _owner=owner):
-        out = function(text=tf.constant(lines, tf.string), beam_size=beam_size, alpha=alpha,
-                       extra_length=extra)
-        return [t.decode("utf-8") for t in out["translation"].numpy()]
-    return translate
-
-
-def _exported_options(model):
-    """Decoding defaults from the export's config.json asset, if any."""
-    asset = getattr(model, "config_asset", None)
-    if asset is None:
-        return {}
-    with open(asset.asset_path.numpy().decode(), encoding="utf-8") as f:
-        return json.load(f).get("decoding", {})
-
-
 def translate_stream(translate, lines, batch_size):
-    """Yields one output per input line, in order; batches lines of similar length."""
+    """Yields one output per input line, in order: reads `batch_size * BUFFER_BATCHES`
+    lines ahead and calls `translate` on batches of similar length."""
+    from tfxformer.serving.batching import translate_in_length_order
+
     buffer = []
     for line in lines:
         buffer.append(line)
         if len(buffer) == batch_size * BUFFER_BATCHES:
-            yield from _translate_buffer(translate, buffer, batch_size)
+            yield from translate_in_length_order(translate, buffer, batch_size)
             buffer = []
-    yield from _translate_buffer(translate, buffer, batch_size)
-
-
-def _translate_buffer(translate, buffer, batch_size):
-    from tfxformer.serving.batching import translate_in_length_order
-
     yield from translate_in_length_order(translate, buffer, batch_size)
 
 
 def main(argv=None):
     parser, args = parse_args(argv)
-    options = dict(beam_size=args.beam_size, alpha=args.alpha,
-                   extra_length=args.max_extra_length)
+    from tfxformer.serving import load_translate_fn
+
     try:
-        translate = load_translate_fn(args.model, options)
+        translate = load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
+                                      extra_length=args.max_extra_length,
+                                      batch_size=args.batch_size)
     except (FileNotFoundError, ValueError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
+    print(translate.describe(), file=sys.stderr)
     from tqdm import tqdm
 
     lines = (line.rstrip(b"\r\n") for line in sys.stdin.buffer)

@@ -14,8 +14,8 @@ _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
 
-SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared",
-                                           "data"))
+SHARED_DATA = os.environ.get("TFXFORMER_SHARED_DATA") or os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 
 
 @pytest.fixture

@@ -102,7 +102,7 @@ def test_save_and_load(tokenizer, tmp_path):
     assert path == str(tmp_path / "run" / MODEL_FILENAME)
     for source in (str(tmp_path / "run"), path):
         loaded = Tokenizer.load(source)
-        assert loaded.proto == tokenizer.proto
+        assert loaded.spm_bytes == tokenizer.spm_bytes
     with pytest.raises(FileNotFoundError, match=r"nothing.*spm\.model"):
         Tokenizer.load(str(tmp_path / "nothing"))
 

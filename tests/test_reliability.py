@@ -18,7 +18,8 @@ import tensorflow as tf
 from conftest import SHARED_DATA
 from sentencepiece import sentencepiece_model_pb2
 
-from tfxformer.checkpoints import KILL_AT_SAVE_ENV, average_checkpoints
+from tfxformer import rundir
+from tfxformer.checkpoints import average_checkpoints
 from tfxformer.data.pipeline import count_filtered
 from tfxformer.data.sources import load_corpus
 from tfxformer.data.tokenizer import Tokenizer
@@ -94,6 +95,7 @@ def _load_train_wmt():
 
 
 train_wmt = _load_train_wmt()
+KILL_AT_SAVE_ENV = train_wmt.KILL_AT_SAVE_ENV  # read only by the script
 
 
 def run_main(capsys, args):
@@ -215,6 +217,27 @@ def test_deleted_latest_checkpoint_resumes_from_the_previous_one(corpus, trained
     assert "has no files; resuming from" in log and "at step 2" in log
     assert "batch_tokens: 512 -> 1024" in log
     assert checkpoint_state(model_dir)[0] == "ckpt-6"
+
+
+def test_a_checkpoint_no_state_file_names_is_neither_resumed_nor_loaded(corpus, trained,
+                                                                        tmp_path, capsys):
+    """Complete files of ckpt-9 (a save cut short before the state file named it): resume,
+    export and translation all take ckpt-4, the latest the state file names."""
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(trained, model_dir)
+    for path in glob.glob(os.path.join(model_dir, "checkpoints", "ckpt-2.*")):
+        shutil.copy(path, path.replace("ckpt-2.", "ckpt-9."))
+    latest = os.path.join(model_dir, "checkpoints", "ckpt-4")
+    assert rundir.find_checkpoint(model_dir) == latest
+    loaded, _, _ = rundir.load_model(model_dir)
+    named, _, _ = rundir.load_model(model_dir, checkpoint=latest)
+    for got, want in zip(loaded.get_weights(), named.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)
+    status, err = run_main(capsys, script_args(corpus, model_dir, 6))
+    assert status == 0, err
+    with open(os.path.join(model_dir, "train.log"), encoding="utf-8") as f:
+        assert f"Resumed from {latest} at step 4" in f.read()
+    assert checkpoint_state(model_dir) == ("ckpt-6", ["ckpt-2", "ckpt-4", "ckpt-6"])
 
 
 def test_averaging_leaves_out_listed_checkpoints_whose_files_are_gone(trained, tmp_path):

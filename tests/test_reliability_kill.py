@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 from test_reliability import (
+    KILL_AT_SAVE_ENV,
     TRAIN_WMT,
     assert_complete,
     checkpoint_state,
@@ -26,8 +27,6 @@ from test_reliability import (
     tiny_corpus,
     train_wmt,
 )
-
-from tfxformer.checkpoints import KILL_AT_SAVE_ENV
 
 STEPS, KEEP = 30, 3
 PROCESS_TIMEOUT_S = 240

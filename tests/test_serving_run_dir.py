@@ -3,8 +3,10 @@
 import concurrent.futures
 import http.server
 import json
+import logging
 import os
 import re
+import shutil
 import threading
 
 import keras
@@ -14,17 +16,15 @@ import tensorflow as tf
 from test_serving import ROBUST_INPUTS, load_script, train_sentencepiece
 
 from tfxformer import Transformer
+from tfxformer.analysis import plot_attention, sentence_attention
+from tfxformer.rundir import find_checkpoint, load_model, read_config, untracked_weights
 from tfxformer.serving import (
     Translator,
     export_run_dir,
     export_translator,
-    find_checkpoint,
-    load_run_dir,
-    read_run_config,
+    load_translate_fn,
     resolve_model_dir,
-    untracked_weights,
 )
-from tfxformer.serving.attention_plot import plot_attention, sentence_attention
 
 
 def _tiny(**overrides):
@@ -38,14 +38,17 @@ def spm_model():
 
 @pytest.fixture(scope="module")
 def run_dir(spm_model, tmp_path_factory):
-    """A run dir as training writes it: config.json, spm.model, checkpoints/ckpt-<step>."""
+    """A run dir as training writes it: config.json, spm.model, checkpoints/ckpt-<step>
+    and the state file naming it."""
     path = tmp_path_factory.mktemp("run")
     model = _tiny()
     model.build()
     optimizer = keras.optimizers.Adam()
     optimizer.build(model.trainable_variables)
-    tf.train.Checkpoint(model=model, optimizer=optimizer, step=tf.Variable(3, tf.int64)).write(
-        str(path / "checkpoints" / "ckpt-3"))
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                                     step=tf.Variable(3, tf.int64))
+    tf.train.CheckpointManager(checkpoint, str(path / "checkpoints"), max_to_keep=3,
+                               checkpoint_name="ckpt").save(checkpoint_number=3)
     (path / "spm.model").write_bytes(spm_model)
     (path / "config.json").write_text(json.dumps(
         {"model": model.model_config, "src": "en", "tgt": "de", "max_length": 40}))
@@ -61,15 +64,29 @@ def test_checkpoint_reaches_every_model_weight():
 
 def test_load_run_dir_restores_the_trained_weights(run_dir, spm_model):
     path, trained = run_dir
-    model, config, spm_bytes = load_run_dir(path)
+    model, config, spm_bytes = load_model(path)
     assert config["src"] == "en" and spm_bytes == spm_model
     source, target = tf.constant([[7, 8, 9, 3]]), tf.constant([[2, 10, 11]])
     np.testing.assert_allclose(model((source, target)), trained((source, target)), atol=1e-6)
 
 
+def test_a_config_of_either_position_argument_name_loads(run_dir, tmp_path):
+    """Run dirs written before the position table was called `max_positions` name it
+    `max_length` in config.json's "model" (and the other way round): both load."""
+    path, trained = run_dir
+    config = read_config(path)
+    model = config["model"]
+    name = "max_positions" if "max_positions" in model else "max_length"
+    model["max_length" if name == "max_positions" else "max_positions"] = model.pop(name)
+    shutil.copytree(path, tmp_path / "old")
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    loaded, _, _ = load_model(str(tmp_path / "old"))
+    assert loaded.model_config == trained.model_config
+
+
 def test_bf16_run_dir_export_computes_in_bfloat16_with_the_same_weights(run_dir, tmp_path):
     path, trained = run_dir
-    model, _, _ = load_run_dir(path, precision="bf16")
+    model, _, _ = load_model(path, precision="bf16")
     assert model.compute_dtype == "bfloat16" and model.variable_dtype == "float32"
     for got, want in zip(model.weights, trained.weights, strict=True):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
@@ -80,7 +97,7 @@ def test_bf16_run_dir_export_computes_in_bfloat16_with_the_same_weights(run_dir,
         text=tf.constant(["A dog runs.", "Two men."]))
     assert out["translation"].shape == (2,)
     with pytest.raises(ValueError, match="precision 'int4'.*bf16"):
-        load_run_dir(path, precision="int4")
+        load_model(path, precision="int4")
 
 
 def test_evaluate_script_scores_a_run_dir_in_bf16(run_dir, tmp_path, capsys):
@@ -97,27 +114,55 @@ def test_evaluate_script_scores_a_run_dir_in_bf16(run_dir, tmp_path, capsys):
     assert main(["--model", str(tmp_path / "missing"), "--data", str(data), "--sets", "tiny"]) == 2
 
 
+def test_evaluate_script_scores_the_multi30k_metric(run_dir, tmp_path, capsys):
+    """--metric multi30k: the literature's BLEU against DATA/tok/SET.lc.norm.tok.TGT."""
+    bleu = pytest.importorskip("tfxformer.bleu")
+    if not hasattr(bleu, "multi30k_bleu"):
+        pytest.skip("tfxformer.bleu.multi30k_bleu lands with the lead's merge")
+    data = tmp_path / "data"
+    (data / "tok").mkdir(parents=True)
+    (data / "tiny.en").write_text("A dog runs.\nTwo men talk.\n")
+    (data / "tiny.de").write_text("Ein Hund rennt.\nZwei Männer reden.\n")
+    main = load_script("evaluate").main
+    args = ["--model", run_dir[0], "--data", str(data), "--sets", "tiny", "--metric",
+            "multi30k", "--hyp-dir", str(tmp_path / "hyps")]
+    assert main(args) == 2 and "tok/tiny.lc.norm.tok.de" in capsys.readouterr().err
+    (data / "tok" / "tiny.lc.norm.tok.de").write_text("ein hund rennt .\nzwei männer reden .\n")
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    row = next(json.loads(line) for line in out.splitlines() if line.startswith("{"))
+    hyps = (tmp_path / "hyps" / "tiny.beam.de").read_text().splitlines()
+    refs = (data / "tok" / "tiny.lc.norm.tok.de").read_text().splitlines()
+    assert row["bleu_multi30k"] == bleu.multi30k_bleu(hyps, refs, "de")
+    assert "| multi30k |" in out and "sacreBLEU signature: nrefs:1" in out
+
+
 def test_a_checkpoint_of_another_model_is_refused(run_dir, tmp_path):
     path, _ = run_dir
-    config = read_run_config(path)
+    config = read_config(path)
     config["model"]["num_layers"] = 3
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "spm.model").write_bytes(open(os.path.join(path, "spm.model"), "rb").read())
     with pytest.raises(ValueError, match="does not match"):
-        load_run_dir(str(tmp_path), checkpoint=os.path.join(path, "checkpoints", "ckpt-3"))
+        load_model(str(tmp_path), checkpoint=os.path.join(path, "checkpoints", "ckpt-3"))
 
 
 def test_run_dir_export_and_translate_script_agree(run_dir, tmp_path):
     path, _ = run_dir
-    model, _, spm_bytes = load_run_dir(path)
+    model, _, spm_bytes = load_model(path)
     texts = [b"A dog runs.", b"", b"\xff bad", "Zwei Männer".encode()]
     expected = Translator(model, spm_bytes, beam_size=2, extra_length=3)(tf.constant(texts))
     version = export_run_dir(path, str(tmp_path / "export"), beam_size=2, extra_length=3)
     exported = tf.saved_model.load(version).signatures["serving_default"](text=texts)
     assert exported["translation"].numpy().tolist() == expected["translation"].numpy().tolist()
-    options = dict(beam_size=2, alpha=0.6, extra_length=3)
-    translate = load_script("translate").load_translate_fn(path, options)
+    translate = load_translate_fn(path, beam_size=2, alpha=0.6, extra_length=3, batch_size=3)
     assert translate(texts) == [t.decode() for t in expected["translation"].numpy()]
+    assert (translate.kind, translate.path) == ("run_dir", path)
+    exported = load_translate_fn(str(tmp_path / "export"), batch_size=3)  # its options
+    assert exported(texts) == translate(texts) and exported.options == translate.options
+    assert exported.kind == "saved_model" and exported.path == version
+    with pytest.raises(ValueError, match="`precision` 'bf16' applies to run dirs"):
+        load_translate_fn(version, precision="bf16")
 
 
 def test_plot_attention_script(run_dir, tmp_path):
@@ -127,15 +172,29 @@ def test_plot_attention_script(run_dir, tmp_path):
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_find_checkpoint_prefers_averaged_then_the_newest(tmp_path):
+def _fake_checkpoint(folder, step, named=True):
+    """Empty files of a complete checkpoint `folder/ckpt-<step>`, named by the state file."""
+    folder.mkdir(exist_ok=True)
+    for suffix in (".index", ".data-00000-of-00001"):
+        (folder / f"ckpt-{step}{suffix}").touch()
+    if named:
+        tf.compat.v1.train.update_checkpoint_state(str(folder), str(folder / f"ckpt-{step}"))
+
+
+def test_find_checkpoint_takes_the_state_files_averaged_first(tmp_path, caplog, monkeypatch):
+    """One rule for "the newest": the state file's; a checkpoint whose files are complete
+    but which no state file names (a save cut short) is never loaded."""
+    monkeypatch.setattr(logging.getLogger("tfxformer"), "propagate", True)  # training's off
     assert find_checkpoint(str(tmp_path)) is None
-    (tmp_path / "checkpoints").mkdir()
-    for step in (5, 12, 9):
-        (tmp_path / "checkpoints" / f"ckpt-{step}.index").touch()
-    assert find_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoints" / "ckpt-12")
-    (tmp_path / "averaged").mkdir()
-    (tmp_path / "averaged" / "ckpt-10.index").touch()
-    assert find_checkpoint(str(tmp_path)) == str(tmp_path / "averaged" / "ckpt-10")
+    _fake_checkpoint(tmp_path / "checkpoints", 9)
+    _fake_checkpoint(tmp_path / "checkpoints", 12, named=False)
+    assert find_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoints" / "ckpt-9")
+    _fake_checkpoint(tmp_path / "averaged", 7, named=False)  # no state file: ignored
+    assert find_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoints" / "ckpt-9")
+    _fake_checkpoint(tmp_path / "averaged", 8)
+    with caplog.at_level("WARNING", logger="tfxformer"):
+        assert find_checkpoint(str(tmp_path)) == str(tmp_path / "averaged" / "ckpt-8")
+    assert "averaged before the newer" in caplog.text and "checkpoints/ckpt-9" in caplog.text
 
 
 def test_resolve_model_dir(tmp_path):
@@ -157,13 +216,13 @@ def test_resolve_model_dir(tmp_path):
 
 def test_run_config_errors_name_the_problem(tmp_path):
     with pytest.raises(FileNotFoundError, match="No config.json"):
-        read_run_config(str(tmp_path))
+        read_config(str(tmp_path))
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
-        read_run_config(str(tmp_path))
+        read_config(str(tmp_path))
     (tmp_path / "config.json").write_text('{"src": "en"}')
     with pytest.raises(ValueError, match="vocab_size.*'src'"):
-        read_run_config(str(tmp_path))
+        read_config(str(tmp_path))
 
 
 def test_translate_script_errors_for_bad_model_dirs(run_dir, tmp_path, capsys):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from conftest import SHARED_DATA
 
-from tfxformer.serving.loading import load_run_dir
+from tfxformer.rundir import load_model
+from tfxformer.train_config import settings_as_flags
 from tfxformer.training import TrainConfig, train_and_evaluate
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")
@@ -39,7 +40,7 @@ def _config(data, model_dir, steps, **overrides):
 def _weights(model_dir, step, folder="checkpoints"):
     """All model weights of checkpoint `folder/ckpt-<step>`, restored through the model."""
     path = os.path.join(model_dir, folder, f"ckpt-{step}")
-    model, _, _ = load_run_dir(str(model_dir), checkpoint=path)
+    model, _, _ = load_model(str(model_dir), checkpoint=path)
     return model.get_weights()
 
 
@@ -91,3 +92,40 @@ def test_stop_and_resume_equals_a_straight_run(corpus, tmp_path):
     train_and_evaluate(_config(corpus, resumed, 40, deterministic=True))
     for a, b in zip(_weights(straight, 40), _weights(resumed, 40), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_train_flags_come_from_the_config_fields(capsys):
+    """One flag per TrainConfig field, typed by its annotation, with the field's help."""
+    train_wmt = _script("train_wmt")
+    config = train_wmt.parse_args(["--model-dir", "runs/x", "--max-length", "100",
+                                   "--dropout", "0.2", "--xla", "--cpu-devices", "2"])
+    assert (config.max_length, config.dropout, config.xla, config.cpu_devices) == \
+        (100, 0.2, True, 2)
+    assert config.max_positions is None and config.model_kwargs()["vocab_size"] == 37_000
+    with pytest.raises(SystemExit):
+        train_wmt.parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--max-positions MAX_POSITIONS size of the model's position table" in help_text
+    assert "or --max-length if larger" in help_text and "(default: 256)" in help_text
+
+
+def _positions(config):
+    kwargs = config.model_kwargs()
+    return kwargs["max_positions"] if "max_positions" in kwargs else kwargs["max_length"]
+
+
+def test_the_position_table_size_is_explicit():
+    """The preset's 1024 rows, raised to the training length filter; or --max-positions."""
+    base = dict(model_dir="runs/x", preset="tiny")
+    assert _positions(TrainConfig(**base, max_length=256)) == 1024
+    assert _positions(TrainConfig(**base, max_length=2000)) == 2000
+    assert _positions(TrainConfig(**base, max_length=64, max_positions=128)) == 128
+    bad = TrainConfig(**base, max_length=256, max_positions=128)
+    with pytest.raises(ValueError, match="`max_positions` 128 is below `max_length` 256"):
+        bad.validate()
+
+
+def test_library_errors_name_settings_and_the_script_names_flags():
+    message = "`max_positions` 128 is below `max_length` 256; `other` stays"
+    assert settings_as_flags(message) == \
+        "--max-positions 128 is below --max-length 256; `other` stays"

@@ -1,4 +1,4 @@
-"""Checkpoints named by global step, resuming, run-dir checks and checkpoint averaging (§6.1).
+"""Checkpoints of training named by global step, resuming, and checkpoint averaging (§6.1).
 
 "For the base models, we used a single model obtained by averaging the last 5 checkpoints,
 which were written at 10-minute intervals. For the big models, we averaged the last 20
@@ -9,12 +9,12 @@ into place, and only then does `tf.train.CheckpointManager` rewrite the state fi
 `checkpoints/checkpoint` (itself written to a temporary file and renamed). The state file
 is the commit point: a checkpoint it does not name (a save cut short by a kill) is never
 restored, and one it names but that is missing, incomplete or corrupt stops the run with
-an error naming its files instead of silently starting again from step 0.
+an error naming its files instead of silently starting again from step 0. That rule,
+and the run dir's layout, are :mod:`tfxformer.rundir`'s.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
@@ -25,17 +25,20 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from tfxformer.config import renamed_model_arguments
+from tfxformer import rundir
+from tfxformer.rundir import (  # noqa: F401 (describe_last_checkpoint: for messages)
+    AVERAGED,
+    CHECKPOINTS,
+    corrupt_error,
+    describe_last_checkpoint,
+    hidden_model_variables,
+    is_complete,
+    latest_checkpoint,
+    restore,
+)
 
 log = logging.getLogger("tfxformer")
 
-CHECKPOINTS, AVERAGED = "checkpoints", "averaged"
-STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's state file in checkpoints/
-# Differences in these config entries make a run dir incompatible with a new command.
-MODEL_KEYS_THAT_MUST_MATCH = ("model", "src", "tgt", "vocabulary_sha256")
-# Fault injection for tests only: SIGKILL this process after the files of ckpt-<step> are
-# written, before the state file names them (the narrowest window of a save).
-KILL_AT_SAVE_ENV = "TFXFORMER_FAULT_KILL_AT_SAVE"
 _SETTINGS_KEY = "settings/.ATTRIBUTES/VARIABLE_VALUE"
 _CORRUPT = (tf.errors.OpError, IndexError, OSError)  # a truncated .data raises IndexError
 
@@ -55,11 +58,17 @@ class Manager:
     Under MultiWorkerMirroredStrategy every worker saves (the save is collective) but only
     the chief into `model_dir`; the others write to a local temporary folder removed at
     once.
+
+    `kill_at_save_step` (fault injection, for tests only): SIGKILL this process after the
+    files of `ckpt-<kill_at_save_step>` are written, before the state file names them, the
+    narrowest window of a save. Only scripts set it (scripts/train_wmt.py reads it from the
+    environment).
     """
 
     def __init__(self, model_dir, model, optimizer, max_to_keep=20, chief=True,
-                 data_iterator=None, data_settings=None):
+                 data_iterator=None, data_settings=None, kill_at_save_step=None):
         self.model, self.optimizer, self.chief = model, optimizer, chief
+        self.kill_at_save_step = kill_at_save_step
         self.model_state = hidden_model_variables(model)
         self.data_iterator = data_iterator
         self.data_settings = json.dumps(data_settings or {}, sort_keys=True)
@@ -112,7 +121,7 @@ class Manager:
 
     def save(self, step: int) -> str:
         options = None
-        if os.environ.get(KILL_AT_SAVE_ENV) == str(step):
+        if self.kill_at_save_step is not None and step == self.kill_at_save_step:
             options = tf.train.CheckpointOptions(experimental_write_callbacks=[_kill_self])
         path = self.manager.save(checkpoint_number=step, options=options)
         if not self.chief:
@@ -123,20 +132,9 @@ class Manager:
 
 
 def _kill_self(save_path):
-    log.warning("%s: killing this process after writing %s", KILL_AT_SAVE_ENV, save_path)
+    log.warning("Fault injection (kill at save): killing this process after writing %s",
+                save_path)
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def hidden_model_variables(model) -> list:
-    """The model's variables that `tf.train.Checkpoint(model=model)` does not reach.
-
-    Keras 3 keeps its dropout `SeedGenerator` states out of the layers' tracked
-    children; they are saved next to the model so that a resumed run continues the
-    dropout random stream instead of restarting it.
-    """
-    root = tf.train.Checkpoint(model=model)  # TrackableView holds it by a weak reference
-    reached = {id(t) for t in tf.train.TrackableView(root).descendants()}
-    return [v for v in model.variables if id(v) not in reached]
 
 
 def _dict_diff(old: dict, new: dict) -> str:
@@ -144,165 +142,18 @@ def _dict_diff(old: dict, new: dict) -> str:
                      for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
 
 
-def checkpoint_files(path: str) -> list[str]:
-    """The files of checkpoint `path` (its .index and .data-* shards) that exist."""
-    return sorted(glob.glob(glob.escape(path) + ".index")
-                  + glob.glob(glob.escape(path) + ".data-*-of-*"))
-
-
-def _is_complete(path: str) -> bool:
-    files = checkpoint_files(path)
-    return any(f.endswith(".index") for f in files) and any(".data-" in f for f in files)
-
-
-def latest_checkpoint(directory: str) -> str | None:
-    """The newest checkpoint that `directory/checkpoint` (the state file) names.
-
-    Checkpoints the state file does not name (a save cut short) are ignored. When the
-    named latest has no file at all (deleted by hand), the newest complete earlier one
-    the state file lists is used, with a warning.
-
-    Raises:
-        ValueError: the state file is unreadable, or a named checkpoint is incomplete,
-            or none of the named checkpoints has its files.
-    """
-    state_path = os.path.join(directory, STATE_FILE)
-    if not os.path.exists(state_path):
-        strays = sorted(glob.glob(os.path.join(glob.escape(directory), "ckpt-*.index")))
-        if strays:
-            log.warning("Ignoring %s: no state file %s names them (a save cut short?)",
-                        ", ".join(strays), state_path)
-        return None
-    try:
-        state = tf.train.get_checkpoint_state(directory)
-    except (ValueError, UnicodeDecodeError) as error:
-        state, reason = None, error
-    else:
-        reason = "not a CheckpointState text proto"
-    if state is None or not state.model_checkpoint_path:
-        raise ValueError(f"Checkpoint state file {state_path} is unreadable ({reason}). "
-                         "Restore it, or use a new --model-dir; it is not ignored, so that a "
-                         "run never silently starts again from step 0.")
-    latest = state.model_checkpoint_path
-    if _is_complete(latest):
-        return latest
-    if checkpoint_files(latest):
-        raise ValueError(
-            f"Checkpoint {latest}, the latest that {state_path} names, is incomplete: only "
-            f"{', '.join(checkpoint_files(latest))} exist(s). Delete its files to resume "
-            "from the previous checkpoint, or use a new --model-dir.")
-    for path in reversed(state.all_model_checkpoint_paths):
-        if _is_complete(path):
-            log.warning("Checkpoint %s named by %s has no files; resuming from %s instead",
-                        latest, state_path, path)
-            return path
-    raise ValueError(f"None of the checkpoints that {state_path} names has its files "
-                     f"({', '.join(state.all_model_checkpoint_paths)}). Delete {directory} "
-                     "to start again from step 0, or use a new --model-dir.")
-
-
 def _variable_names(path: str) -> set[str]:
     try:
         return set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
     except _CORRUPT as error:
-        raise _corrupt_error(path, error) from error
+        raise corrupt_error(path, error) from error
 
 
 def _read_string(path: str, key: str) -> str:
     try:
         return tf.train.load_checkpoint(path).get_tensor(key).decode()
     except _CORRUPT as error:
-        raise _corrupt_error(path, error) from error
-
-
-def _corrupt_error(path: str, error: Exception) -> ValueError:
-    files = ", ".join(checkpoint_files(path)) or f"{path}.*"
-    reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error)
-    return ValueError(f"Checkpoint {path} is corrupt or truncated ({reason}). Its files: "
-                      f"{files}. Delete them to resume from the previous checkpoint, or use "
-                      "a new --model-dir.")
-
-
-def restore(checkpoint: tf.train.Checkpoint, path: str, what: str) -> None:
-    """Reads `path` into `checkpoint`'s objects; every object must get its values.
-
-    Raises:
-        ValueError: the files are corrupt or truncated, or they do not fit the objects
-            (`what` names them), each with the checkpoint's files named.
-    """
-    try:
-        checkpoint.read(path).expect_partial().assert_existing_objects_matched()
-    except (AssertionError, ValueError) as error:
-        raise ValueError(f"Checkpoint {path} cannot be restored into {what} (a different "
-                         f"preset or vocabulary?): {str(error)[:400]}") from error
-    except _CORRUPT as error:
-        raise _corrupt_error(path, error) from error
-
-
-def describe_last_checkpoint(model_dir: str) -> str:
-    """The newest checkpoint of `model_dir` for messages (never raises)."""
-    try:
-        path = latest_checkpoint(os.path.join(model_dir, CHECKPOINTS))
-    except ValueError:
-        path = None
-    return path or "none yet (a rerun starts from step 0)"
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Writes `path` through a temporary file and a rename: a kill leaves old or new."""
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "wb") as f:
-        f.write(data)
-    os.replace(temporary, path)
-
-
-def check_compatible(path: str, record: dict) -> None:
-    """Raises ValueError naming every entry where `record` differs from the config at `path`.
-
-    An entry that the existing config does not have (written by an older version) is
-    not compared.
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            existing = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"Cannot read {path} ({error}); it must be the JSON written by "
-                         "training. Restore it, or use a new --model-dir.") from error
-    if not isinstance(existing, dict):
-        raise ValueError(f"{path} holds a JSON {type(existing).__name__}, not the object "
-                         "written by training. Restore it, or use a new --model-dir.")
-    if isinstance(existing.get("model"), dict):  # written before a model argument's rename
-        existing["model"] = renamed_model_arguments(existing["model"])
-    diffs = []
-    for key in MODEL_KEYS_THAT_MUST_MATCH:
-        if key not in existing and key == "vocabulary_sha256":
-            continue
-        old, new = existing.get(key), record.get(key)
-        if isinstance(old, dict) and isinstance(new, dict):
-            diffs += [f"{key}.{k}: {old.get(k)!r} in the run dir, {new.get(k)!r} now"
-                      for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-        elif key == "vocabulary_sha256" and old != new:
-            diffs.append(f"spm.model is not the vocabulary the run dir was trained with "
-                         f"(SHA-256 {str(old)[:12]}... in config.json, {str(new)[:12]}... now)")
-        elif old != new:
-            diffs.append(f"{key}: {old!r} in the run dir, {new!r} now")
-    if diffs:
-        raise ValueError(f"The run dir's {path} does not match this command: "
-                         + "; ".join(diffs) + ". Use the same settings to resume, or a new "
-                         "--model-dir.")
-
-
-def load_vocabulary(path: str):
-    """Loads `spm.model` with a clear error for a missing or corrupt file."""
-    from tfxformer.data.tokenizer import Tokenizer
-
-    try:
-        return Tokenizer.load(path)
-    except FileNotFoundError:
-        raise
-    except Exception as error:  # SentencePiece raises several types for a bad proto
-        raise ValueError(f"{path} is not a valid SentencePiece model ({error}); restore it, "
-                         "or use a new --model-dir.") from error
+        raise corrupt_error(path, error) from error
 
 
 def average_checkpoints(model_dir: str, last: int = 5, output_dir: str | None = None) -> str:
@@ -316,24 +167,20 @@ def average_checkpoints(model_dir: str, last: int = 5, output_dir: str | None = 
     Returns:
         The path of the averaged checkpoint.
     """
-    from tfxformer.models.transformer import Transformer
-    from tfxformer.serving.loading import read_run_config
-
     directory = os.path.join(model_dir, CHECKPOINTS)
     latest_checkpoint(directory)  # a clear error for an unreadable state file
     state = tf.train.get_checkpoint_state(directory)
     listed = list(state.all_model_checkpoint_paths) if state else []
-    paths = [p for p in listed if _is_complete(p)][-last:]
+    paths = [p for p in listed if is_complete(p)][-last:]
     if not paths:
         raise FileNotFoundError(f"No checkpoints to average in {directory}.")
     if len(paths) < last:
         log.warning("Averaging %d checkpoints: only %d are kept", last, len(paths))
-    model = Transformer(**read_run_config(model_dir)["model"])
-    model.build()
+    model = rundir.build_model(rundir.read_config(model_dir)["model"])
     checkpoint = tf.train.Checkpoint(model=model)
     total = None
     for path in paths:
-        restore(checkpoint, path, "the model of config.json")
+        restore(checkpoint, path, f"the model of {rundir.CONFIG_FILENAME}")
         weights = [w.astype(np.float64) for w in model.get_weights()]
         total = weights if total is None else [t + w for t, w in zip(total, weights, strict=True)]
     model.set_weights([(t / len(paths)).astype(np.float32) for t in total])

@@ -1,16 +1,14 @@
 """Training and evaluation (§5): data → vocabulary → model → distributed steps → checkpoints.
 
-`train_and_evaluate(config)` is what `scripts/train_wmt.py` calls. A run directory holds
-everything: `config.json` (the resolved configuration), `spm.model` (the shared
-vocabulary), `checkpoints/ckpt-<step>`, `averaged/ckpt-<step>`, `logs/` (TensorBoard),
-`train.log`. Running the same command again resumes from the latest checkpoint.
+`train_and_evaluate(config)` is what `scripts/train_wmt.py` calls. It writes a run
+directory (:mod:`tfxformer.rundir`: `config.json`, `spm.model`, `checkpoints/`,
+`averaged/`, `logs/`, `train.log`); running the same command again resumes from the latest
+checkpoint its state file names.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import os
 import time
@@ -21,7 +19,8 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from tfxformer import checkpoints as ckpt
-from tfxformer.config import PRECISION_POLICIES, get_preset
+from tfxformer import rundir
+from tfxformer.config import PRECISION_POLICIES
 from tfxformer.data import pipeline, sources
 from tfxformer.data.tokenizer import Tokenizer, train_tokenizer
 from tfxformer.distribute import (
@@ -33,11 +32,18 @@ from tfxformer.distribute import (
 )
 from tfxformer.models.transformer import Transformer
 from tfxformer.schedules import TransformerSchedule, paper_adam
+from tfxformer.serving.loading import make_translate_fn
+from tfxformer.train_config import (  # noqa: F401 (the names callers import from here)
+    ON_NONFINITE,
+    PRECISIONS,
+    TrainConfig,
+    setting,
+    settings_as_flags,
+)
 from tfxformer.trainer import Trainer, learning_rate, nan_embeddings, nonfinite_fault_steps
 
 log = logging.getLogger("tfxformer")
 
-PRECISIONS = tuple(PRECISION_POLICIES)
 # With --on-nonfinite skip, this many non-finite updates in a row stop training: the run
 # is diverging, and skipping forever would look like progress that never comes.
 MAX_CONSECUTIVE_NONFINITE = 50
@@ -45,63 +51,6 @@ MAX_CONSECUTIVE_NONFINITE = 50
 
 class WorkerLostError(RuntimeError):
     """A worker of a multi-worker run died or became unreachable: restart every worker."""
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Every setting of a training run; defaults are the paper's base model on WMT14."""
-
-    model_dir: str
-    data: str = "wmt14"
-    src: str = "en"
-    tgt: str = "de"
-    preset: str = "base"
-    vocab_size: int = 37_000
-    dropout: float | None = None  # None: the preset's
-    max_length: int = 256
-    batch_tokens: int = 25_000
-    accumulation_steps: int = 1
-    train_steps: int = 100_000
-    warmup_steps: int = 4_000
-    lr_scale: float = 1.0
-    label_smoothing: float = 0.1
-    checkpoint_every: int = 1_000
-    keep_checkpoints: int = 20
-    average_last: int = 5
-    eval_every: int = 1_000
-    eval_sentences: int = 500
-    beam_size: int = 4
-    alpha: float = 0.6
-    log_every: int = 100
-    cpu_devices: int | None = None
-    precision: str = "fp32"
-    xla: bool = False
-    seed: int = 0
-    shuffle_buffer: int = 100_000
-    on_nonfinite: str = "skip"
-    deterministic: bool = False
-    export_dir: str | None = None
-    tfds_data_dir: str | None = None
-    tfds_manual_dir: str | None = None
-
-    def validate(self):
-        positive = ("vocab_size", "max_length", "batch_tokens", "accumulation_steps",
-                    "train_steps", "warmup_steps", "checkpoint_every", "keep_checkpoints",
-                    "log_every", "beam_size")
-        for name in positive:
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision {self.precision!r} not in {PRECISIONS}.")
-        if self.on_nonfinite not in ("skip", "stop"):
-            raise ValueError(f"on_nonfinite {self.on_nonfinite!r} not in ('skip', 'stop').")
-        if self.average_last < 0 or self.eval_every < 0 or self.eval_sentences < 0:
-            raise ValueError("average_last, eval_every and eval_sentences must be >= 0.")
-
-    def model_kwargs(self) -> dict:
-        overrides = {} if self.dropout is None else {"dropout": self.dropout}
-        return get_preset(self.preset, vocab_size=self.vocab_size,
-                          max_length=max(self.max_length, 1024), **overrides)
 
 
 def set_precision(precision: str) -> None:
@@ -118,7 +67,7 @@ def _setup_logging(model_dir: str | None) -> None:
         handler.close()
     handlers = [logging.StreamHandler()]  # today's sys.stderr
     if model_dir:
-        handlers.append(logging.FileHandler(os.path.join(model_dir, "train.log"),
+        handlers.append(logging.FileHandler(os.path.join(model_dir, rundir.TRAIN_LOG),
                                             encoding="utf-8"))
     for handler in handlers:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -128,22 +77,22 @@ def _setup_logging(model_dir: str | None) -> None:
 
 def prepare_vocabulary(config: TrainConfig, corpus, strategy, chief: bool) -> Tokenizer:
     """Loads `spm.model` from the run dir, or trains it (chief) while the others wait."""
-    path = os.path.join(config.model_dir, "spm.model")
+    path = os.path.join(config.model_dir, rundir.SPM_FILENAME)
     if chief and not os.path.exists(path):
         log.info("Training the shared %d-token SentencePiece BPE vocabulary on %s",
                  config.vocab_size, corpus.origin)
         trained = train_tokenizer(corpus.training_text(), config.vocab_size, seed=config.seed)
-        ckpt.write_atomically(path, trained.proto)  # a kill never leaves half a vocabulary
+        rundir.write_atomically(path, trained.spm_bytes)  # never half a vocabulary
         log.info("Saved the vocabulary to %s", path)
     barrier(strategy)  # the other workers read the chief's file
     if not os.path.exists(path) and not chief:
         raise FileNotFoundError(f"{path} does not exist after the chief wrote it: every "
-                                "worker needs the same --model-dir (a shared filesystem).")
-    tokenizer = ckpt.load_vocabulary(path)
+                                "worker needs the same `model_dir` (a shared filesystem).")
+    tokenizer = rundir.load_vocabulary(path)
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(
-            f"{path} has {tokenizer.vocab_size} tokens but --vocab-size is "
-            f"{config.vocab_size}; use a new --model-dir or the vocabulary's size.")
+            f"{path} has {tokenizer.vocab_size} tokens but `vocab_size` is "
+            f"{config.vocab_size}; use a new `model_dir` or the vocabulary's size.")
     return tokenizer
 
 
@@ -162,23 +111,10 @@ def build_training(config: TrainConfig, strategy):
     return model, optimizer, trainer
 
 
-def make_translate_fn(model, tokenizer: Tokenizer, beam_size: int, alpha: float):
-    """A function list[str] -> list[str] translating with beam search in one graph."""
-    from tfxformer.serving.translator import Translator
-
-    translator = Translator(model, tokenizer.proto, beam_size=beam_size, alpha=alpha)
-
-    def translate(lines: list[str]) -> list[str]:
-        if not lines:
-            return []
-        out = translator(tf.constant(lines))["translation"].numpy()
-        return [t.decode("utf-8") for t in out]
-    return translate
-
-
 def evaluate(trainer, tokenizer, split, strategy, sentences: int, translate_fn=None,
              batch_size: int = 64) -> dict:
-    """Validation loss, perplexity (on `split`), and sacreBLEU on its first `sentences`."""
+    """Validation loss, perplexity (on `split`), and sacreBLEU on its first `sentences`
+    translated by `translate_fn` (:func:`tfxformer.serving.make_translate_fn`)."""
     data = pipeline.eval_dataset(split.dataset(), tokenizer, batch_size=batch_size,
                                  with_text=False)
     totals = [0.0, 0.0, 0.0]
@@ -188,26 +124,21 @@ def evaluate(trainer, tokenizer, split, strategy, sentences: int, translate_fn=N
     result = {"val_loss": smoothed / max(tokens, 1.0), "val_nll": nll / max(tokens, 1.0)}
     if sentences and translate_fn is not None:
         src, ref = split.lists()
-        src, ref = src[:sentences], ref[:sentences]
-        hyps = []
-        for i in range(0, len(src), batch_size):
-            hyps += translate_fn(src[i:i + batch_size])
-        result["val_bleu"] = sacrebleu.corpus_bleu(hyps, [ref]).score
+        hyps = translate_fn(src[:sentences])
+        result["val_bleu"] = sacrebleu.corpus_bleu(hyps, [ref[:sentences]]).score
     return result
 
 
 def _write_config(config: TrainConfig, model_config: dict, chief: bool,
                   tokenizer: Tokenizer) -> None:
     """Writes config.json, or checks a resumed run against the one already there."""
-    path = os.path.join(config.model_dir, "config.json")
-    record = {"model": model_config, "src": config.src, "tgt": config.tgt,
-              "max_length": config.max_length, "preset": config.preset,
-              "vocabulary_sha256": hashlib.sha256(tokenizer.proto).hexdigest(),
-              "train": dataclasses.asdict(config)}
-    if os.path.exists(path):
-        ckpt.check_compatible(path, record)
+    record = rundir.make_record(model_config, config.src, config.tgt, config.max_length,
+                                config.preset, tokenizer.spm_bytes,
+                                dataclasses.asdict(config))
+    if os.path.exists(os.path.join(config.model_dir, rundir.CONFIG_FILENAME)):
+        rundir.check_compatible(config.model_dir, record)
     elif chief:
-        ckpt.write_atomically(path, json.dumps(record, indent=2).encode("utf-8"))
+        rundir.write_config(config.model_dir, record)
 
 
 def _data_settings(config: TrainConfig, replicas: int) -> dict:
@@ -222,7 +153,7 @@ def _check_splits(config: TrainConfig, corpus) -> None:
         raise ValueError(f"The training split {corpus.train.origin} is empty.")
     if config.eval_every and corpus.val.num_examples == 0:
         raise ValueError(f"The validation split {corpus.val.origin} is empty; give it pairs, "
-                         "or pass --eval-every 0 to train without evaluation.")
+                         "or set `eval_every` 0 to train without evaluation.")
 
 
 def _check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer) -> None:
@@ -231,12 +162,16 @@ def _check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer) -> 
                                     max_length=config.max_length)
     if stats.kept == 0:
         raise ValueError(f"No training pair of {corpus.train.origin} is usable: {stats}. "
-                         "Pairs need a non-empty source and target of at most --max-length "
+                         "Pairs need a non-empty source and target of at most `max_length` "
                          f"{config.max_length} tokens each (BOS/EOS included).")
 
 
-def train_and_evaluate(config: TrainConfig) -> dict:
+def train_and_evaluate(config: TrainConfig, kill_at_save_step: int | None = None) -> dict:
     """Runs (or resumes) training as `config` says; returns the last metrics.
+
+    `kill_at_save_step` is fault injection for tests (:class:`tfxformer.checkpoints.Manager`).
+    Errors name settings in backticks (`max_length`); :func:`settings_as_flags` spells
+    them as flags.
 
     Raises:
         ValueError, FileNotFoundError: bad settings, data, vocabulary, config.json or
@@ -257,7 +192,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     _setup_logging(config.model_dir if chief else None)
     log.info("%d replicas in sync (%s)", strategy.num_replicas_in_sync, type(strategy).__name__)
     try:
-        return _run(config, strategy, chief)
+        return _run(config, strategy, chief, kill_at_save_step)
     except tf.errors.UnavailableError as error:
         if not is_multi_worker(strategy):
             raise
@@ -269,7 +204,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
             f"{ckpt.describe_last_checkpoint(config.model_dir)}.") from error
 
 
-def _run(config: TrainConfig, strategy, chief: bool) -> dict:
+def _run(config: TrainConfig, strategy, chief: bool, kill_at_save_step=None) -> dict:
     corpus = sources.load_corpus(config.data, config.src, config.tgt,
                                  data_dir=config.tfds_data_dir,
                                  manual_dir=config.tfds_manual_dir)
@@ -288,13 +223,14 @@ def _run(config: TrainConfig, strategy, chief: bool) -> dict:
     batches = iter(train_data)
     manager = ckpt.Manager(config.model_dir, model, optimizer, config.keep_checkpoints,
                            chief=chief, data_iterator=batches,
-                           data_settings=_data_settings(config, replicas))
+                           data_settings=_data_settings(config, replicas),
+                           kill_at_save_step=kill_at_save_step)
     step = manager.restore_latest()
     if step == 0:  # every worker: one that found nothing to train on would spin forever
         _check_training_pairs(config, corpus, tokenizer)
-    translate_fn = make_translate_fn(model, tokenizer, config.beam_size, config.alpha) \
-        if config.eval_sentences else None
-    writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "logs")) \
+    translate_fn = make_translate_fn(model, tokenizer.spm_bytes, config.beam_size,
+                                     config.alpha) if config.eval_sentences else None
+    writer = tf.summary.create_file_writer(os.path.join(config.model_dir, rundir.LOGS)) \
         if chief else tf.summary.create_noop_writer()
     metrics = _train_loop(config, trainer, batches, manager, writer, step,
                           lambda: evaluate(trainer, tokenizer, corpus.val, strategy,

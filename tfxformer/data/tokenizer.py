@@ -18,6 +18,7 @@ accepts no extra trainer arguments (no `character_coverage`, `byte_fallback`,
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import logging
 import os
@@ -57,15 +58,45 @@ def _check_proto(proto: bytes) -> int:
 class _SharedModelResource(tf.saved_model.experimental.TrackableResource):
     """The SentencePiece model resource, shared by name (one per distinct model)."""
 
-    def __init__(self, proto: bytes):
+    def __init__(self, spm_bytes: bytes):
         super().__init__()
-        self._proto = proto
-        self._shared_name = f"tfxformer_spm_{hashlib.sha256(proto).hexdigest()[:24]}"
+        self._spm_bytes = spm_bytes
+        self._shared_name = f"tfxformer_spm_{hashlib.sha256(spm_bytes).hexdigest()[:24]}"
         _ = self.resource_handle  # Creates the resource now, as tensorflow-text does.
 
     def _create_resource(self):
         return gen_sentencepiece_tokenizer.sentencepiece_op(
-            model=self._proto, shared_name=self._shared_name)
+            model=self._spm_bytes, shared_name=self._shared_name)
+
+
+class SharedNameSentencepieceTokenizer(tf_text.SentencepieceTokenizer):
+    """`tensorflow_text.SentencepieceTokenizer` (its defaults, int32 ids) over a model
+    resource shared by name instead of one owned by the kernel that creates it."""
+
+    def __init__(self, spm_bytes: bytes):
+        # The parent's __init__ would create the kernel-owned resource; set what it sets.
+        super(tf_text.SentencepieceTokenizer, self).__init__()
+        parameters = inspect.signature(tf_text.SentencepieceTokenizer.__init__).parameters
+        for name, parameter in parameters.items():
+            if name not in ("self", "model", "name"):
+                setattr(self, name, parameter.default)
+        self.out_type = tf.int32
+        self._model_resource = _SharedModelResource(spm_bytes)
+
+
+def sentencepiece_tokenizer(spm_bytes: bytes) -> tf_text.SentencepieceTokenizer:
+    """The tensorflow-text SentencePiece tokenizer of `spm_bytes`, int32 ids: the one place
+    tfxformer makes one (the :class:`Tokenizer` and the exported translator use it).
+
+    tensorflow-text makes the model resource owned by the kernel of the op that creates
+    it (b/318839908), and `tf.random.set_seed` / `keras.utils.set_random_seed` destroy
+    that kernel by clearing the eager kernel cache ("Resource ..._0_SentencepieceOp...
+    does not exist", tensorflow/text issue 570). This resource is named after the model's
+    SHA-256 and lives in the resource manager instead. Made eagerly, it survives the
+    cache clearing; made inside a `tf.function`, the op is part of that graph (so a
+    SavedModel needs no resource object).
+    """
+    return SharedNameSentencepieceTokenizer(bytes(spm_bytes))
 
 
 class Tokenizer(tf.Module):
@@ -78,7 +109,7 @@ class Tokenizer(tf.Module):
     `tfxformer.data.pipeline`).
 
     Args:
-        proto: serialized SentencePiece `ModelProto` bytes (the content of `spm.model`).
+        spm_bytes: serialized SentencePiece `ModelProto` bytes (the content of `spm.model`).
         name: name of the `tf.Module`.
 
     Example:
@@ -88,17 +119,12 @@ class Tokenizer(tf.Module):
     >>> tok.detokenize(ids)                           # [b"Ein Hund l\\xc3\\xa4uft."]
     """
 
-    def __init__(self, proto: bytes, name: str = "tokenizer"):
+    def __init__(self, spm_bytes: bytes, name: str = "tokenizer"):
         super().__init__(name=name)
-        proto = bytes(proto)
-        self._vocab_size = _check_proto(proto)
-        self._proto = proto
-        self._sp = tf_text.SentencepieceTokenizer(model=proto, out_type=tf.int32)
-        # tensorflow-text creates the model resource owned by its kernel, which
-        # `tf.random.set_seed` / `keras.utils.set_random_seed` destroy by clearing the eager
-        # kernel cache ("Resource ..._0_SentencepieceOp... does not exist", tensorflow/text
-        # issue 570). A shared-named resource lives in the resource manager instead.
-        self._sp._model_resource = _SharedModelResource(proto)
+        spm_bytes = bytes(spm_bytes)
+        self._vocab_size = _check_proto(spm_bytes)
+        self._spm_bytes = spm_bytes
+        self._sp = sentencepiece_tokenizer(spm_bytes)  # survives tf.random.set_seed
 
     @classmethod
     def load(cls, path: str) -> Tokenizer:
@@ -117,13 +143,13 @@ class Tokenizer(tf.Module):
         os.makedirs(directory, exist_ok=True)
         file = os.path.join(directory, MODEL_FILENAME)
         with open(file, "wb") as f:
-            f.write(self._proto)
+            f.write(self._spm_bytes)
         return file
 
     @property
-    def proto(self) -> bytes:
-        """The serialized SentencePiece model."""
-        return self._proto
+    def spm_bytes(self) -> bytes:
+        """The serialized SentencePiece model (the content of `spm.model`)."""
+        return self._spm_bytes
 
     @property
     def vocab_size(self) -> int:
@@ -260,12 +286,12 @@ def keras_tokenizer(tokenizer: Tokenizer | bytes | str):
     For Keras preprocessing layers. It gives the same ids as :meth:`Tokenizer.tokenize`,
     but its `detokenize` keeps special ids (no EOS cut), and its model resource does not
     survive `tf.random.set_seed` (tensorflow/text issue 570; create it after seeding).
-    `tokenizer` may be a
-    :class:`Tokenizer`, proto bytes, or a path accepted by :meth:`Tokenizer.load`.
+    `tokenizer` may be a :class:`Tokenizer`, the bytes of `spm.model`, or a path accepted
+    by :meth:`Tokenizer.load`.
     """
     import keras_nlp  # Imported here: keras-hub is slow to import and optional at runtime.
 
     if isinstance(tokenizer, str):
         tokenizer = Tokenizer.load(tokenizer)
-    proto = tokenizer.proto if isinstance(tokenizer, Tokenizer) else bytes(tokenizer)
-    return keras_nlp.tokenizers.SentencePieceTokenizer(proto=proto)
+    spm_bytes = tokenizer.spm_bytes if isinstance(tokenizer, Tokenizer) else bytes(tokenizer)
+    return keras_nlp.tokenizers.SentencePieceTokenizer(proto=spm_bytes)

@@ -16,7 +16,7 @@ def position_cap(model, max_output_length=None):
     """Largest number of decoder positions: the model's positional-table size, or less if
     asked (`max_output_length`)."""
     config = model.model_config
-    cap = int(config["max_positions"] if "max_positions" in config else config["max_length"])
+    cap = int(config["max_positions"])
     if max_output_length is not None:
         if int(max_output_length) < 1:
             raise ValueError("`max_output_length` must be a positive integer, got "

@@ -1,9 +1,17 @@
-"""Translation as a TensorFlow graph (string in, string out), its export and loading."""
+"""Translation as a TensorFlow graph (string in, string out), its export and loading.
+
+:func:`load_translate_fn` is the one way from a model on disk (SavedModel, export dir or
+run dir) to `translate(list[str]) -> list[str]`; the run dir itself is
+:mod:`tfxformer.rundir`'s.
+"""
 
 from tfxformer.serving.export import export_run_dir, export_translator, next_version
 from tfxformer.serving.loading import (
+    TranslateFn,
     find_checkpoint,
     load_run_dir,
+    load_translate_fn,
+    make_translate_fn,
     read_run_config,
     resolve_model_dir,
     saved_model_versions,
@@ -12,7 +20,8 @@ from tfxformer.serving.loading import (
 from tfxformer.serving.translator import Translator, sanitize_utf8
 
 __all__ = [
-    "Translator", "export_run_dir", "export_translator", "find_checkpoint", "load_run_dir",
-    "next_version", "read_run_config", "resolve_model_dir", "sanitize_utf8",
-    "saved_model_versions", "untracked_weights",
+    "TranslateFn", "Translator", "export_run_dir", "export_translator", "find_checkpoint",
+    "load_run_dir", "load_translate_fn", "make_translate_fn", "next_version",
+    "read_run_config", "resolve_model_dir", "sanitize_utf8", "saved_model_versions",
+    "untracked_weights",
 ]

@@ -1,122 +1,36 @@
-"""Finding and loading what training and export wrote: run dirs and SavedModel versions.
+"""One way from a model on disk to a translate function: SavedModel, export dir or run dir.
 
-A trained run dir holds `config.json` ({"model": Transformer kwargs, "src", "tgt",
-"max_length", ...}), `spm.model`, and checkpoints `checkpoints/ckpt-<step>` (averaged ones,
-preferred, in `averaged/ckpt-<step>`). An export dir holds SavedModels in integer version
-subdirectories `<export-dir>/<version>/saved_model.pb`, as TF Serving expects.
+An export dir holds SavedModels in integer version subdirectories
+`<export-dir>/<version>/saved_model.pb`, as TF Serving expects; a run dir is what training
+writes (:mod:`tfxformer.rundir`). :func:`load_translate_fn` takes either and returns a
+function `list[str] -> list[str]`; :func:`make_translate_fn` gives the same for a model in
+memory (validation during training).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
+import sys
 
 import tensorflow as tf
 
-from tfxformer.checkpoints import hidden_model_variables
-from tfxformer.config import PRECISION_POLICIES
+from tfxformer import rundir
+from tfxformer.decoding import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_EXTRA_LENGTH
+from tfxformer.rundir import (  # noqa: F401 (the names export.py and older callers use)
+    CONFIG_FILENAME,
+    SPM_FILENAME,
+    find_checkpoint,
+    untracked_weights,
+)
+from tfxformer.rundir import load_model as load_run_dir  # noqa: F401 (its older name)
+from tfxformer.rundir import read_config as read_run_config  # noqa: F401 (its older name)
+from tfxformer.serving.batching import translate_in_length_order
+from tfxformer.serving.translator import Translator
 
-CONFIG_FILENAME = "config.json"
-SPM_FILENAME = "spm.model"
-CHECKPOINT_SUBDIRS = ("averaged", "checkpoints")  # in order of preference
-_CHECKPOINT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
-
-
-def read_run_config(model_dir):
-    """Reads and checks `<model_dir>/config.json`; returns the dict."""
-    path = os.path.join(model_dir, CONFIG_FILENAME)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"No {CONFIG_FILENAME} in run dir {model_dir!r}; expected the "
-                                "directory written by training (config.json, spm.model, "
-                                "checkpoints/).")
-    with open(path, encoding="utf-8") as f:
-        try:
-            config = json.load(f)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from None
-    model = config.get("model") if isinstance(config, dict) else None
-    if not isinstance(model, dict) or "vocab_size" not in model:
-        got = sorted(config) if isinstance(config, dict) else type(config).__name__
-        raise ValueError(f"{path} must hold {{'model': {{Transformer kwargs with vocab_size}}, "
-                         f"...}}, got {got!r}.")
-    return config
-
-
-def find_checkpoint(model_dir):
-    """Path prefix of the newest checkpoint, averaged ones first (`averaged/`, then
-    `checkpoints/`); None when there is none."""
-    for subdir in CHECKPOINT_SUBDIRS:
-        folder = os.path.join(model_dir, subdir)
-        if not os.path.isdir(folder):
-            continue
-        steps = [int(m.group(1)) for m in map(_CHECKPOINT_INDEX.match, os.listdir(folder)) if m]
-        if steps:
-            return os.path.join(folder, f"ckpt-{max(steps)}")
-        latest = tf.train.latest_checkpoint(folder)  # other prefixes, via the state file
-        if latest:
-            return latest
-    return None
-
-
-def load_run_dir(model_dir, checkpoint=None, precision="fp32"):
-    """Loads a trained run dir into `(model, config, spm_bytes)`.
-
-    Builds :class:`tfxformer.Transformer` from `config["model"]` and restores the model
-    weights of `checkpoint` (default: :func:`find_checkpoint`), checking that every model
-    weight is restored; optimizer and step entries are ignored. `precision` "bf16" or
-    "fp16" computes in that type (float32 weights, logits, softmax and LayerNorm).
-
-    Raises:
-        FileNotFoundError: no config.json, spm.model or checkpoint.
-        ValueError: an unreadable config, or a checkpoint that does not fit the model.
-    """
-    from tfxformer.models.transformer import Transformer
-
-    if precision not in PRECISION_POLICIES:
-        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
-    if not os.path.isdir(model_dir):
-        raise FileNotFoundError(f"Run dir {model_dir!r} does not exist.")
-    config = read_run_config(model_dir)
-    spm_path = os.path.join(model_dir, SPM_FILENAME)
-    if not os.path.isfile(spm_path):
-        raise FileNotFoundError(f"No {SPM_FILENAME} in run dir {model_dir!r}.")
-    with open(spm_path, "rb") as f:
-        spm_bytes = f.read()
-    checkpoint = checkpoint or find_checkpoint(model_dir)
-    if checkpoint is None:
-        raise FileNotFoundError(
-            f"No checkpoint in run dir {model_dir!r}: looked for ckpt-<step> in "
-            f"{', '.join(f'{d}/' for d in CHECKPOINT_SUBDIRS)}.")
-    model = Transformer(**config["model"], dtype=PRECISION_POLICIES[precision])
-    model.build()
-    _restore(model, checkpoint)
-    return model, config, spm_bytes
-
-
-def untracked_weights(model):
-    """Paths of the model weights that `tf.train.Checkpoint(model=model)` does not reach,
-    and so neither saves nor restores (e.g. sublayers kept in a Python list under
-    Keras 3, keras-team/keras#18398)."""
-    hidden = {id(v) for v in hidden_model_variables(model)}
-    return [w.path for w in model.weights if id(w) in hidden]
-
-
-def _restore(model, checkpoint):
-    """Restores the model weights of `checkpoint`, all of them or raises ValueError."""
-    untracked = untracked_weights(model)
-    if untracked:
-        raise ValueError(
-            f"{len(untracked)} of {len(model.weights)} model weights are not tracked by "
-            f"tf.train.Checkpoint (e.g. {untracked[:3]}), so checkpoint {checkpoint!r} can "
-            "neither hold nor restore them; the model's layer tracking must be fixed.")
-    try:
-        # read(), unlike restore(), adds no save_counter of its own to be matched.
-        status = tf.train.Checkpoint(model=model).read(checkpoint).expect_partial()
-        status.assert_existing_objects_matched()
-    except (AssertionError, ValueError, tf.errors.OpError) as err:
-        raise ValueError(f"Checkpoint {checkpoint!r} does not match the model of "
-                         f"{CONFIG_FILENAME}: {str(err)[:500]}") from None
+DEFAULT_BATCH_SIZE = 64
+_PAPER_OPTIONS = dict(beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
+                      extra_length=DEFAULT_EXTRA_LENGTH)  # §6.1
 
 
 def saved_model_versions(export_dir):
@@ -147,3 +61,115 @@ def resolve_model_dir(path):
         f"{path!r} is not a model dir. Accepted: a SavedModel version dir (with "
         "saved_model.pb), an export dir with integer version subdirs, or a trained run dir "
         f"(with {CONFIG_FILENAME}, {SPM_FILENAME} and checkpoints/).")
+
+
+class TranslateFn:
+    """`translate(lines) -> list[str]`: one translation per line (str or UTF-8 bytes), in
+    order. Lines are sorted by length and translated `batch_size` at a time.
+
+    Attributes: `path` (what was loaded), `kind` ("saved_model", "run_dir" or "model"),
+    `options` (the beam_size, alpha and extra_length it decodes with).
+    """
+
+    def __init__(self, function, owner, path, kind, options, batch_size):
+        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"`batch_size` must be an integer >= 1, got {batch_size!r}.")
+        self._function, self._owner = function, owner  # tf.functions hold theirs weakly
+        self.path, self.kind, self.options = path, kind, dict(options)
+        self.batch_size = int(batch_size)
+
+    def __call__(self, lines) -> list[str]:
+        return translate_in_length_order(self._translate_batch, list(lines), self.batch_size)
+
+    def _translate_batch(self, lines):
+        out = self._function(tf.constant(lines, tf.string))
+        return [t.decode("utf-8") for t in out["translation"].numpy()]
+
+    def describe(self) -> str:
+        """One line for a log: the model and its decoding options."""
+        return (f"model: {self.path} ({self.kind.replace('_', ' ')}); beam size "
+                f"{self.options['beam_size']}, alpha {self.options['alpha']}, extra length "
+                f"{self.options['extra_length']}")
+
+
+def make_translate_fn(model, spm_bytes: bytes, beam_size=None, alpha=None,
+                      extra_length=None, batch_size=DEFAULT_BATCH_SIZE, path=None):
+    """A :class:`TranslateFn` over a Transformer in memory and its vocabulary `spm_bytes`,
+    translating with the exported graph (:class:`tfxformer.serving.Translator`)."""
+    given = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
+    options = {k: _PAPER_OPTIONS[k] if v is None else v for k, v in given.items()}
+    translator = Translator(model, spm_bytes, max_batch_size=batch_size, **options)
+    return TranslateFn(translator.__call__, translator, path or "model in memory",
+                       "run_dir" if path else "model", options, batch_size)
+
+
+def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
+                      batch_size=DEFAULT_BATCH_SIZE, precision="fp32", checkpoint=None):
+    """The translate function of a SavedModel version dir, its export dir, or a run dir.
+
+    Args:
+        path: a SavedModel version dir, an export dir (its highest version is taken), or a
+            trained run dir (its averaged checkpoint first, :func:`tfxformer.rundir.load_model`).
+        beam_size, alpha, extra_length: decoding options (§6.1); None takes the export's
+            (its config.json asset), else the paper's (4, 0.6, 50).
+        batch_size: sentences per translation call.
+        precision: compute type of a run dir's model ("fp32", "bf16", "fp16"); a SavedModel
+            computes in the type it was exported with.
+        checkpoint: a run dir's checkpoint prefix (default: :func:`rundir.find_checkpoint`).
+
+    Returns:
+        A :class:`TranslateFn`, `list[str] -> list[str]`.
+
+    Raises:
+        FileNotFoundError: `path` is no model dir, or a run dir lacks a file.
+        ValueError: an unloadable SavedModel, or an option that does not apply to it.
+    """
+    kind, resolved = resolve_model_dir(path)
+    if kind == "run_dir":
+        model, _, spm_bytes = rundir.load_model(resolved, checkpoint, precision=precision)
+        return make_translate_fn(model, spm_bytes, beam_size, alpha, extra_length,
+                                 batch_size, path=resolved)
+    for name, value, default in (("precision", precision, "fp32"),
+                                 ("checkpoint", checkpoint, None)):
+        if value != default:
+            raise ValueError(f"`{name}` {value!r} applies to run dirs; {resolved!r} is a "
+                             "SavedModel, which computes as it was exported.")
+    loaded = _load_saved_model(resolved)
+    exported = _exported_options(loaded)
+    given = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
+    options = {k: v if v is not None else exported.get(k, _PAPER_OPTIONS[k])
+               for k, v in given.items()}
+    if all(v is None for v in given.values()):
+        default = loaded.signatures["serving_default"]
+        function = lambda text: default(text=text)  # noqa: E731
+    else:
+        with_options = loaded.signatures["translate_with_options"]
+        scalars = dict(beam_size=tf.constant(options["beam_size"], tf.int32),
+                       alpha=tf.constant(options["alpha"], tf.float32),
+                       extra_length=tf.constant(options["extra_length"], tf.int32))
+        function = lambda text: with_options(text=text, **scalars)  # noqa: E731
+    return TranslateFn(function, loaded, resolved, kind, options, batch_size)
+
+
+def _load_saved_model(path):
+    if "tensorflow_text" not in sys.modules:
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+    try:
+        loaded = tf.saved_model.load(path)
+    except (tf.errors.OpError, OSError, ValueError) as err:
+        raise ValueError(f"Could not load the SavedModel {path!r}: {err}") from None
+    missing = {"serving_default", "translate_with_options"} - set(loaded.signatures)
+    if missing:
+        raise ValueError(f"SavedModel {path!r} lacks the signature(s) {sorted(missing)} "
+                         f"(has {sorted(loaded.signatures)}); export it with "
+                         "scripts/export.py.")
+    return loaded
+
+
+def _exported_options(loaded) -> dict:
+    """Decoding defaults from the export's config.json asset, if any."""
+    asset = getattr(loaded, "config_asset", None)
+    if asset is None:
+        return {}
+    with open(asset.asset_path.numpy().decode(), encoding="utf-8") as f:
+        return json.load(f).get("decoding", {})

@@ -6,8 +6,8 @@ Shapes: N input strings, B sentences of one chunk, S source length, K beam size.
 from __future__ import annotations
 
 import tensorflow as tf
-import tensorflow_text as tf_text
 
+from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding import (
     DEFAULT_ALPHA,
     DEFAULT_BEAM_SIZE,
@@ -53,7 +53,7 @@ def _positive_int(value, name):
 def model_positions(model):
     """The model's positional-table size (`max_positions`, formerly `max_length`)."""
     config = model.model_config
-    return int(config["max_positions"] if "max_positions" in config else config["max_length"])
+    return int(config["max_positions"])
 
 
 def _checked(tensor, condition, message):
@@ -190,15 +190,10 @@ class Translator(tf.Module):
                 "truncated": truncated}
 
     def make_tokenizer(self):
-        """The SentencePiece tokenizer, made where it is used: inside the traced graph.
-
-        Its SentencePiece resource belongs to the kernel of the op that creates it
-        (tensorflow-text, b/318839908). Made eagerly, it dies when the eager kernel cache
-        is cleared (`tf.random.set_seed` does that); made in the graph, it lives with the
-        function, and the SavedModel needs no resource object.
-        """
-        return tf_text.SentencepieceTokenizer(model=self.sentencepiece_model,
-                                              out_type=tf.int32)
+        """The SentencePiece tokenizer, made inside the traced graph, so the SavedModel
+        needs no resource object (:func:`tfxformer.data.tokenizer.sentencepiece_tokenizer`
+        holds the one fix for tensorflow-text's kernel-owned resource)."""
+        return sentencepiece_tokenizer(self.sentencepiece_model)
 
     def tokenize(self, text, tokenizer=None, max_input_tokens=None):
         """(N,) strings -> (N, None) ragged int32 source ids: pieces, cut, then EOS."""

@@ -14,7 +14,8 @@ import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
 
-from tfxformer.decoding import BOS_ID, DEFAULT_EXTRA_LENGTH, EOS_ID, greedy_decode
+from tfxformer.decoding import DEFAULT_EXTRA_LENGTH, greedy_decode
+from tfxformer.ids import BOS_ID, EOS_ID
 
 KINDS = ("encoder", "decoder", "cross")
 _TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
@@ -33,11 +34,16 @@ class SentenceAttention(NamedTuple):
     weights: dict
 
 
-def sentence_attention(model, sentencepiece_model: bytes, sentence: str,
+def sentence_attention(model, spm_bytes: bytes, sentence: str,
                        extra_length=DEFAULT_EXTRA_LENGTH):
-    """Greedy-translates `sentence` and returns its :class:`SentenceAttention`."""
-    processor = spm.SentencePieceProcessor(model_proto=sentencepiece_model)
-    limit = int(model.model_config["max_positions"])
+    """Greedy-translates `sentence` and returns its :class:`SentenceAttention`.
+
+    `model` is a :class:`tfxformer.Transformer` (e.g. from :func:`tfxformer.rundir.load_model`),
+    `spm_bytes` its vocabulary; the source is cut to the model's position table.
+    """
+    processor = spm.SentencePieceProcessor(model_proto=spm_bytes)
+    config = model.model_config
+    limit = int(config["max_positions"])
     source = processor.encode(sentence)[: limit - 1] + [EOS_ID]
     source_ids = tf.constant([source], tf.int32)
     output = greedy_decode(model, source_ids, extra_length=extra_length)

@@ -1,0 +1,361 @@
+"""The run directory: its file names, its `config.json` record, its checkpoints, its model.
+
+Training writes a run dir; checkpoint averaging, export, translation, evaluation and the
+plotting scripts read it, all through this module::
+
+    config.json        the run record, RECORD_KEYS below (written once, atomically)
+    spm.model          the shared SentencePiece vocabulary (§5.1), its bytes `spm_bytes`
+    checkpoints/       ckpt-<step> files and the state file `checkpoint` naming them
+    averaged/          averaged weights ckpt-<step> (§6.1) and their state file
+    logs/              TensorBoard scalars
+    train.log          the training log
+
+One rule says which checkpoint is "the newest": the one a state file names
+(:func:`latest_checkpoint`). TensorFlow writes a checkpoint's files, then
+`tf.train.CheckpointManager` rewrites the state file to name it, so a checkpoint whose
+files are complete but which no state file names (a save cut short by a kill) is neither
+resumed nor loaded. For loading a model (:func:`find_checkpoint`), `averaged/` is
+preferred to `checkpoints/`; resuming training reads `checkpoints/` only.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+
+import tensorflow as tf
+
+from tfxformer.config import PRECISION_POLICIES, renamed_model_arguments
+from tfxformer.data.tokenizer import MODEL_FILENAME as SPM_FILENAME
+from tfxformer.data.tokenizer import Tokenizer
+from tfxformer.models.transformer import Transformer
+
+log = logging.getLogger("tfxformer")
+
+CONFIG_FILENAME = "config.json"
+CHECKPOINTS, AVERAGED = "checkpoints", "averaged"
+CHECKPOINT_SUBDIRS = (AVERAGED, CHECKPOINTS)  # for loading a model, in order of preference
+STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's state file in each of them
+LOGS, TRAIN_LOG = "logs", "train.log"
+__all__ = [
+    "AVERAGED", "CHECKPOINTS", "CHECKPOINT_SUBDIRS", "CONFIG_FILENAME", "LOGS", "MUST_MATCH",
+    "RECORD_KEYS", "SPM_FILENAME", "STATE_FILE", "TRAIN_LOG", "build_model",
+    "check_compatible", "checkpoint_files",
+    "corrupt_error", "describe_last_checkpoint", "find_checkpoint", "hidden_model_variables",
+    "is_complete", "latest_checkpoint", "load_model", "load_vocabulary", "make_record",
+    "model_arguments", "read_config", "read_spm_bytes", "restore", "untracked_weights",
+    "write_atomically", "write_config",
+]
+
+# The schema of config.json: every key training writes, and what it holds. Readers accept
+# records of older versions, which lack "preset", "vocabulary_sha256" or "train", and whose
+# "model" names the position-table size "max_length" (see model_arguments).
+RECORD_KEYS = {
+    "model": "the Transformer constructor arguments (model.model_config)",
+    "src": "source language code",
+    "tgt": "target language code",
+    "max_length": "training length filter: pairs longer than this (tokens) were dropped",
+    "preset": "the model preset the run started from",
+    "vocabulary_sha256": "SHA-256 of spm.model, to tell another vocabulary of the same size",
+    "train": "every training setting (tfxformer.training.TrainConfig) of the run",
+}
+# Entries of the record that must match for a run dir to be resumed by a new command.
+MUST_MATCH = ("model", "src", "tgt", "vocabulary_sha256")
+_CORRUPT = (tf.errors.OpError, IndexError, OSError)  # a truncated .data raises IndexError
+_NEW_DIR = "restore it, or train into a new run dir (`model_dir`)"
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Writes `path` through a temporary file and a rename: a kill leaves old or new."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as f:
+        f.write(data)
+    os.replace(temporary, path)
+
+
+def make_record(model: dict, src: str, tgt: str, max_length: int, preset: str,
+                spm_bytes: bytes, train: dict) -> dict:
+    """The config.json record (RECORD_KEYS) of a run."""
+    return {"model": dict(model), "src": src, "tgt": tgt, "max_length": max_length,
+            "preset": preset, "vocabulary_sha256": hashlib.sha256(spm_bytes).hexdigest(),
+            "train": dict(train)}
+
+
+def write_config(run_dir: str, record: dict) -> str:
+    """Writes `record` (:func:`make_record`) to `run_dir/config.json`; returns the path."""
+    unknown = sorted(set(record) - set(RECORD_KEYS))
+    if unknown:
+        raise ValueError(f"Keys {unknown} are not part of the config.json record; accepted: "
+                         f"{sorted(RECORD_KEYS)}.")
+    path = os.path.join(run_dir, CONFIG_FILENAME)
+    write_atomically(path, json.dumps(record, indent=2).encode("utf-8"))
+    return path
+
+
+def read_config(run_dir: str) -> dict:
+    """Reads and checks `run_dir/config.json`; returns the record as written.
+
+    Raises:
+        FileNotFoundError: no config.json.
+        ValueError: not JSON, not an object, or no "model" with a "vocab_size".
+    """
+    path = os.path.join(run_dir, CONFIG_FILENAME)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No {CONFIG_FILENAME} in run dir {run_dir!r}; expected the "
+                                f"directory written by training ({CONFIG_FILENAME}, "
+                                f"{SPM_FILENAME}, {CHECKPOINTS}/).")
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"Cannot read {path}: not valid JSON ({error}); it must be the "
+                         f"record written by training: {_NEW_DIR}.") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} holds a JSON {type(record).__name__}, not the object "
+                         f"written by training: {_NEW_DIR}.")
+    model = record.get("model")
+    if not isinstance(model, dict) or "vocab_size" not in model:
+        raise ValueError(f"{path} must hold {{'model': {{Transformer arguments with "
+                         f"vocab_size}}, ...}}, got keys {sorted(record)!r}: {_NEW_DIR}.")
+    return record
+
+
+def model_arguments(model: dict) -> dict:
+    """The Transformer constructor arguments of a record's "model", old names renamed
+    (run dirs written before `max_positions` call the position-table size `max_length`)."""
+    return renamed_model_arguments(model)
+
+
+def check_compatible(run_dir: str, record: dict) -> None:
+    """Raises ValueError naming every MUST_MATCH entry where `record` differs from the
+    run dir's config.json. An entry the existing record lacks (an older version) is not
+    compared."""
+    path = os.path.join(run_dir, CONFIG_FILENAME)
+    existing = read_config(run_dir)
+    diffs = []
+    for key in MUST_MATCH:
+        if key not in existing and key == "vocabulary_sha256":
+            continue
+        old, new = existing.get(key), record.get(key)
+        if key == "model":
+            old, new = model_arguments(old), model_arguments(new)
+            diffs += [f"{key}.{k}: {old.get(k)!r} in the run dir, {new.get(k)!r} now"
+                      for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        elif key == "vocabulary_sha256" and old != new:
+            diffs.append(f"{SPM_FILENAME} is not the vocabulary the run dir was trained with "
+                         f"(SHA-256 {str(old)[:12]}... in {CONFIG_FILENAME}, "
+                         f"{str(new)[:12]}... now)")
+        elif old != new:
+            diffs.append(f"{key}: {old!r} in the run dir, {new!r} now")
+    if diffs:
+        raise ValueError(f"The run dir's {path} does not match this command: "
+                         + "; ".join(diffs) + ". Use the same settings to resume, or a new "
+                         "run dir (`model_dir`).")
+
+
+def load_vocabulary(path: str):
+    """Loads `spm.model` (a file, or a run dir holding one) as a
+    :class:`tfxformer.data.Tokenizer`, with a clear error for a missing or corrupt file."""
+    try:
+        return Tokenizer.load(path)
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # SentencePiece raises several types for a bad proto
+        file = os.path.join(path, SPM_FILENAME) if os.path.isdir(path) else path
+        raise ValueError(f"{file} is not a valid SentencePiece model ({error}); "
+                         f"{_NEW_DIR}.") from error
+
+
+def read_spm_bytes(run_dir: str) -> bytes:
+    """The bytes of `run_dir/spm.model`."""
+    path = os.path.join(run_dir, SPM_FILENAME)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No {SPM_FILENAME} in run dir {run_dir!r}.")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def checkpoint_files(path: str) -> list[str]:
+    """The files of checkpoint `path` (its .index and .data-* shards) that exist."""
+    return sorted(glob.glob(glob.escape(path) + ".index")
+                  + glob.glob(glob.escape(path) + ".data-*-of-*"))
+
+
+def is_complete(path: str) -> bool:
+    """Whether checkpoint `path` has its .index and at least one .data shard."""
+    files = checkpoint_files(path)
+    return any(f.endswith(".index") for f in files) and any(".data-" in f for f in files)
+
+
+def latest_checkpoint(directory: str) -> str | None:
+    """The newest checkpoint that `directory/checkpoint` (the state file) names.
+
+    Checkpoints the state file does not name (a save cut short) are ignored. When the
+    named latest has no file at all (deleted by hand), the newest complete earlier one
+    the state file lists is used, with a warning.
+
+    Raises:
+        ValueError: the state file is unreadable, or a named checkpoint is incomplete,
+            or none of the named checkpoints has its files.
+    """
+    state_path = os.path.join(directory, STATE_FILE)
+    if not os.path.exists(state_path):
+        strays = sorted(glob.glob(os.path.join(glob.escape(directory), "ckpt-*.index")))
+        if strays:
+            log.warning("Ignoring %s: no state file %s names them (a save cut short?)",
+                        ", ".join(strays), state_path)
+        return None
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except (ValueError, UnicodeDecodeError) as error:
+        state, reason = None, error
+    else:
+        reason = "not a CheckpointState text proto"
+    if state is None or not state.model_checkpoint_path:
+        raise ValueError(f"Checkpoint state file {state_path} is unreadable ({reason}): "
+                         f"{_NEW_DIR}. It is not ignored, so that a run never silently "
+                         "starts again from step 0.")
+    latest = state.model_checkpoint_path
+    if is_complete(latest):
+        return latest
+    if checkpoint_files(latest):
+        raise ValueError(
+            f"Checkpoint {latest}, the latest that {state_path} names, is incomplete: only "
+            f"{', '.join(checkpoint_files(latest))} exist(s). Delete its files to resume "
+            "from the previous checkpoint, or train into a new run dir (`model_dir`).")
+    for path in reversed(state.all_model_checkpoint_paths):
+        if is_complete(path):
+            log.warning("Checkpoint %s named by %s has no files; resuming from (or loading) %s "
+                        "instead",
+                        latest, state_path, path)
+            return path
+    raise ValueError(f"None of the checkpoints that {state_path} names has its files "
+                     f"({', '.join(state.all_model_checkpoint_paths)}). Delete {directory} "
+                     "to start again from step 0, or train into a new run dir (`model_dir`).")
+
+
+def find_checkpoint(run_dir: str) -> str | None:
+    """The checkpoint a model is loaded from: the latest that `averaged/`'s state file
+    names, else the latest of `checkpoints/` (:func:`latest_checkpoint`); None if none.
+    An averaged checkpoint older than the newest of `checkpoints/` is still taken, with a
+    warning naming the newer one."""
+    folders = {d: os.path.join(run_dir, d) for d in CHECKPOINT_SUBDIRS}
+    averaged = latest_checkpoint(folders[AVERAGED]) if os.path.isdir(folders[AVERAGED]) \
+        else None
+    if averaged is None:
+        trained = folders[CHECKPOINTS]
+        return latest_checkpoint(trained) if os.path.isdir(trained) else None
+    newest = describe_last_checkpoint(run_dir)  # never raises
+    if is_complete(newest) and _step(newest) > _step(averaged):
+        log.warning("Loading %s, averaged before the newer %s (training went on after "
+                    "averaging); pass that checkpoint to load it instead.", averaged, newest)
+    return averaged
+
+
+def _step(path: str) -> int:
+    tail = os.path.basename(path).rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def describe_last_checkpoint(run_dir: str) -> str:
+    """The newest training checkpoint of `run_dir`, for messages (never raises)."""
+    try:
+        path = latest_checkpoint(os.path.join(run_dir, CHECKPOINTS))
+    except ValueError:
+        path = None
+    return path or "none yet (a rerun starts from step 0)"
+
+
+def corrupt_error(path: str, error: Exception) -> ValueError:
+    """The ValueError for checkpoint `path` whose files TensorFlow cannot read."""
+    files = ", ".join(checkpoint_files(path)) or f"{path}.*"
+    reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error)
+    return ValueError(f"Checkpoint {path} is corrupt or truncated ({reason}). Its files: "
+                      f"{files}. Delete them to resume from the previous checkpoint, or "
+                      "train into a new run dir (`model_dir`).")
+
+
+def restore(checkpoint: tf.train.Checkpoint, path: str, what: str) -> None:
+    """Reads `path` into `checkpoint`'s objects; every object must get its values.
+
+    Raises:
+        ValueError: the files are corrupt or truncated, or they do not fit the objects
+            (`what` names them), each with the checkpoint's files named.
+    """
+    try:
+        # read(), unlike restore(), adds no save_counter of its own to be matched.
+        checkpoint.read(path).expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError) as error:
+        raise ValueError(f"Checkpoint {path} does not match {what} (a different preset or "
+                         f"vocabulary?): {str(error)[:400]}") from None
+    except _CORRUPT as error:
+        raise corrupt_error(path, error) from None
+
+
+def hidden_model_variables(model) -> list:
+    """The model's variables that `tf.train.Checkpoint(model=model)` does not reach.
+
+    Keras 3 keeps its dropout `SeedGenerator` states out of the layers' tracked
+    children; training saves them next to the model so that a resumed run continues
+    the dropout random stream instead of restarting it.
+    """
+    root = tf.train.Checkpoint(model=model)  # TrackableView holds it by a weak reference
+    reached = {id(t) for t in tf.train.TrackableView(root).descendants()}
+    return [v for v in model.variables if id(v) not in reached]
+
+
+def untracked_weights(model) -> list[str]:
+    """Paths of the model weights that `tf.train.Checkpoint(model=model)` does not reach,
+    and so neither saves nor restores (e.g. sublayers kept in a Python list under
+    Keras 3, keras-team/keras#18398)."""
+    hidden = {id(v) for v in hidden_model_variables(model)}
+    return [w.path for w in model.weights if id(w) in hidden]
+
+
+def build_model(model: dict, precision: str = "fp32"):
+    """A built :class:`tfxformer.Transformer` from a record's "model" (random weights)."""
+    if precision not in PRECISION_POLICIES:
+        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
+    built = Transformer(**model_arguments(model), dtype=PRECISION_POLICIES[precision])
+    built.build()
+    untracked = untracked_weights(built)
+    if untracked:
+        raise ValueError(
+            f"{len(untracked)} of {len(built.weights)} model weights are not tracked by "
+            f"tf.train.Checkpoint (e.g. {untracked[:3]}), so a checkpoint can neither hold "
+            "nor restore them; the model's layer tracking must be fixed.")
+    return built
+
+
+def load_model(path: str, checkpoint: str | None = None, precision: str = "fp32"):
+    """Loads run dir `path` into `(model, config, spm_bytes)`.
+
+    Builds the Transformer of `config["model"]` and restores the weights of `checkpoint`
+    (default: :func:`find_checkpoint`, averaged first), checking that every model weight
+    is tracked and restored; optimizer and step entries are ignored. `precision` "bf16"
+    or "fp16" computes in that type (float32 weights, logits, softmax and LayerNorm).
+
+    Raises:
+        FileNotFoundError: no run dir, config.json, spm.model or checkpoint.
+        ValueError: a bad precision, an unreadable config, or a checkpoint that is corrupt
+            or does not fit the model.
+    """
+    if precision not in PRECISION_POLICIES:
+        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"Run dir {path!r} does not exist.")
+    config = read_config(path)
+    spm_bytes = read_spm_bytes(path)
+    checkpoint = checkpoint or find_checkpoint(path)
+    if checkpoint is None:
+        raise FileNotFoundError(
+            f"No checkpoint in run dir {path!r}: looked for the latest ckpt-<step> that the "
+            f"state file `{STATE_FILE}` names in "
+            f"{', '.join(f'{d}/' for d in CHECKPOINT_SUBDIRS)}.")
+    model = build_model(config["model"], precision)
+    restore(tf.train.Checkpoint(model=model), checkpoint, f"the model of {CONFIG_FILENAME}")
+    log.info("Loaded %s", checkpoint)
+    return model, config, spm_bytes

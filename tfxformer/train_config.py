@@ -1,0 +1,140 @@
+"""Every setting of a training run (`TrainConfig`), its command-line help and its checks.
+
+scripts/train_wmt.py makes one flag per field (`max_length` is `--max-length`), typed by
+the field's annotation (`typing.get_type_hints`), with the field's `metadata["help"]` and
+`metadata["choices"]`. Library errors and help name settings in backticks;
+:func:`settings_as_flags` spells them as flags for the script.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from tfxformer import rundir
+from tfxformer.config import PRECISION_POLICIES, PRESETS, get_preset
+
+PRECISIONS = tuple(PRECISION_POLICIES)
+ON_NONFINITE = ("skip", "stop")
+
+
+def _setting(default=dataclasses.MISSING, help="", choices=None):
+    """A TrainConfig field with its command-line help (and choices) as metadata."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Every setting of a training run; defaults are the paper's base model on WMT14.
+
+    Each field's `metadata["help"]` is its documentation (and the `--help` text of
+    scripts/train_wmt.py, which makes one flag per field: max_length is --max-length);
+    settings named in help and errors are in backticks (:func:`settings_as_flags`).
+    """
+
+    model_dir: str = _setting(
+        help="run directory: config.json, spm.model, checkpoints/, logs/ (TensorBoard), "
+             "train.log. Rerunning with the same directory resumes from its latest "
+             "checkpoint")
+    data: str = _setting("wmt14", "'wmt14' (tensorflow-datasets wmt14_translate/de-en) or a "
+                         "folder with train.SRC/train.TGT and val.SRC/val.TGT text files "
+                         "(.gz accepted)")
+    src: str = _setting("en", "source language code (file suffix)")
+    tgt: str = _setting("de", "target language code (file suffix)")
+    preset: str = _setting("base", "model preset (base and big are the paper's Table 3)",
+                           choices=tuple(PRESETS))
+    vocab_size: int = _setting(37_000, "shared SentencePiece BPE vocabulary size (paper: "
+                               "about 37000 for EN-DE)")
+    dropout: float | None = _setting(None, "override the preset's dropout P_drop (paper: 0.1 "
+                                     "base, 0.3 big; default: the preset's)")
+    max_length: int = _setting(256, "training length filter: drop training pairs longer than "
+                               "this many tokens (either side, BOS/EOS included)")
+    max_positions: int | None = _setting(
+        None, "size of the model's position table, the longest source or output it can "
+              "take (default: the preset's, 1024, or `max_length` if larger, so that "
+              "translation can run past the training length)")
+    batch_tokens: int = _setting(25_000, "padded tokens per side in one global step, over all "
+                                 "replicas (paper: 25000 source + 25000 target)")
+    accumulation_steps: int = _setting(1, "global steps whose gradients make one update "
+                                       "(reach a token budget larger than memory allows)")
+    train_steps: int = _setting(100_000, "number of updates (paper: 100000 base, 300000 big)")
+    warmup_steps: int = _setting(4_000, "linear warmup of the learning rate (paper: 4000)")
+    lr_scale: float = _setting(1.0, "factor on the paper's learning-rate schedule")
+    label_smoothing: float = _setting(0.1, "label smoothing epsilon (paper: 0.1)")
+    checkpoint_every: int = _setting(1_000, "save a checkpoint ckpt-<step> every this many "
+                                     "updates")
+    keep_checkpoints: int = _setting(20, "checkpoints kept on disk")
+    average_last: int = _setting(5, "at the end, average the last K checkpoints into "
+                                 "averaged/ (paper: 5 base, 20 big; 0 or 1 = no averaging)")
+    eval_every: int = _setting(1_000, "validation loss and BLEU every this many updates "
+                               "(0 = never)")
+    eval_sentences: int = _setting(500, "validation sentences translated for BLEU (0 = loss "
+                                   "only)")
+    beam_size: int = _setting(4, "beam size for validation BLEU and the export (paper: 4)")
+    alpha: float = _setting(0.6, "length penalty alpha for validation BLEU and the export "
+                            "(paper: 0.6)")
+    log_every: int = _setting(100, "log loss, learning rate and tokens/s every this many "
+                              "updates")
+    cpu_devices: int | None = _setting(None, "split the CPU into N logical devices so "
+                                       "MirroredStrategy runs N replicas on a machine "
+                                       "without GPUs")
+    precision: str = _setting("fp32", "float32, mixed bfloat16 (CPU/TPU), or mixed float16 "
+                              "with loss scaling (GPU)", choices=PRECISIONS)
+    xla: bool = _setting(False, "compile the training step with XLA")
+    seed: int = _setting(0, "random seed (data order, vocabulary sampling)")
+    shuffle_buffer: int = _setting(100_000, "training pairs in the shuffle buffer")
+    on_nonfinite: str = _setting("skip", "on a NaN/Inf loss or gradient: 'skip' the update "
+                                 "or 'stop' training", choices=ON_NONFINITE)
+    deterministic: bool = _setting(False, "enable TensorFlow op determinism (slower; "
+                                   "reproducible runs)")
+    export_dir: str | None = _setting(None, "at the end, export the translator SavedModel "
+                                      "to EXPORT_DIR/<version>/")
+    tfds_data_dir: str | None = _setting(None, "tensorflow-datasets data directory for "
+                                         "`data` wmt14")
+    tfds_manual_dir: str | None = _setting(None, "tensorflow-datasets manual download "
+                                           "directory for `data` wmt14")
+
+    def validate(self):
+        """Raises ValueError naming the setting (in backticks) and what is accepted."""
+        positive = ("vocab_size", "max_length", "batch_tokens", "accumulation_steps",
+                    "train_steps", "warmup_steps", "checkpoint_every", "keep_checkpoints",
+                    "log_every", "beam_size")
+        for name in positive:
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        for name in ("precision", "on_nonfinite", "preset"):
+            choices = setting(name).metadata["choices"]
+            if getattr(self, name) not in choices:
+                raise ValueError(f"`{name}` {getattr(self, name)!r} not in {choices}.")
+        for name in ("average_last", "eval_every", "eval_sentences"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        if self.max_positions is not None and self.max_positions < self.max_length:
+            raise ValueError(f"`max_positions` {self.max_positions} is below `max_length` "
+                             f"{self.max_length}: training pairs would not fit the model's "
+                             "position table.")
+
+    def model_kwargs(self) -> dict:
+        """The Transformer arguments: the preset with the vocabulary size, `dropout` and
+        the position-table size `max_positions` (by default the preset's, 1024, raised to
+        `max_length` if that is larger: this is the one place it is chosen)."""
+        overrides = {} if self.dropout is None else {"dropout": self.dropout}
+        kwargs = get_preset(self.preset, vocab_size=self.vocab_size, **overrides)
+        preset_positions = [kwargs.pop(name) for name in ("max_positions", "max_length")
+                            if name in kwargs][0]
+        positions = self.max_positions if self.max_positions is not None else \
+            max(self.max_length, int(preset_positions))
+        return rundir.model_arguments({**kwargs, "max_positions": positions})
+
+
+def setting(name: str) -> dataclasses.Field:
+    """The TrainConfig field `name` (its type, default and help)."""
+    return {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
+
+
+def settings_as_flags(message: str) -> str:
+    """`message` with each TrainConfig setting named in backticks spelled as its flag
+    (`max_length` -> --max-length), for scripts/train_wmt.py."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    return re.sub(r"`(\w+)`", lambda m: "--" + m.group(1).replace("_", "-")
+                  if m.group(1) in names else m.group(0), message)
