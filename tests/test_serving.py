@@ -33,8 +33,7 @@ ROBUST_INPUTS = [
 ]
 
 
-# conftest's path holds in the main checkout; a git worktree elsewhere names it here.
-DATA = os.environ.get("TFXFORMER_SHARED_DATA", SHARED_DATA)
+DATA = SHARED_DATA
 
 
 def train_sentencepiece(lines=2000):
