@@ -94,10 +94,11 @@ def main(argv=None) -> int:
     data, run dir, non-finite loss with --on-nonfinite stop); 3 a lost worker of a
     multi-worker run (rerun every worker: they resume from the last checkpoint)."""
     config = parse_args(argv)
+    from tfxformer.trainer import nonfinite_fault_steps
     from tfxformer.training import WorkerLostError, train_and_evaluate
 
     try:
-        metrics = train_and_evaluate(config)
+        metrics = train_and_evaluate(config, nonfinite_fault_steps=nonfinite_fault_steps())
     except WorkerLostError as error:
         print(f"train_wmt.py: error: {error}", file=sys.stderr)
         return 3

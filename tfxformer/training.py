@@ -33,7 +33,7 @@ from tfxformer.distribute import (
 )
 from tfxformer.models.transformer import Transformer
 from tfxformer.schedules import TransformerSchedule, paper_adam
-from tfxformer.trainer import Trainer, learning_rate, nan_embeddings, nonfinite_fault_steps
+from tfxformer.trainer import Trainer, learning_rate
 
 log = logging.getLogger("tfxformer")
 
@@ -147,7 +147,7 @@ def prepare_vocabulary(config: TrainConfig, corpus, strategy, chief: bool) -> To
     return tokenizer
 
 
-def build_training(config: TrainConfig, strategy):
+def build_training(config: TrainConfig, strategy, nonfinite_fault_steps=()):
     """Model, optimizer and Trainer under `strategy.scope()`."""
     with strategy.scope():
         model = Transformer(**config.model_kwargs())
@@ -157,8 +157,10 @@ def build_training(config: TrainConfig, strategy):
         optimizer = paper_adam(schedule)
         if config.precision == "fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    halt = 1 if config.on_nonfinite == "stop" else MAX_CONSECUTIVE_NONFINITE
     trainer = Trainer(model, optimizer, strategy, config.label_smoothing,
-                      config.accumulation_steps, jit_compile=config.xla)
+                      config.accumulation_steps, jit_compile=config.xla,
+                      halt_after_nonfinite=halt, nonfinite_fault_steps=nonfinite_fault_steps)
     return model, optimizer, trainer
 
 
@@ -235,8 +237,11 @@ def _check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer) -> 
                          f"{config.max_length} tokens each (BOS/EOS included).")
 
 
-def train_and_evaluate(config: TrainConfig) -> dict:
+def train_and_evaluate(config: TrainConfig, *, nonfinite_fault_steps=()) -> dict:
     """Runs (or resumes) training as `config` says; returns the last metrics.
+
+    `nonfinite_fault_steps` (tests only): update numbers whose first attempt gets a NaN
+    loss (scripts/train_wmt.py takes them from TFXFORMER_FAULT_NONFINITE_STEPS).
 
     Raises:
         ValueError, FileNotFoundError: bad settings, data, vocabulary, config.json or
@@ -257,7 +262,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     _setup_logging(config.model_dir if chief else None)
     log.info("%d replicas in sync (%s)", strategy.num_replicas_in_sync, type(strategy).__name__)
     try:
-        return _run(config, strategy, chief)
+        return _run(config, strategy, chief, nonfinite_fault_steps)
     except tf.errors.UnavailableError as error:
         if not is_multi_worker(strategy):
             raise
@@ -269,13 +274,13 @@ def train_and_evaluate(config: TrainConfig) -> dict:
             f"{ckpt.describe_last_checkpoint(config.model_dir)}.") from error
 
 
-def _run(config: TrainConfig, strategy, chief: bool) -> dict:
+def _run(config: TrainConfig, strategy, chief: bool, nonfinite_fault_steps=()) -> dict:
     corpus = sources.load_corpus(config.data, config.src, config.tgt,
                                  data_dir=config.tfds_data_dir,
                                  manual_dir=config.tfds_manual_dir)
     _check_splits(config, corpus)
     tokenizer = prepare_vocabulary(config, corpus, strategy, chief)
-    model, optimizer, trainer = build_training(config, strategy)
+    model, optimizer, trainer = build_training(config, strategy, nonfinite_fault_steps)
     _write_config(config, model.model_config, chief, tokenizer)
     log.info("Model %s: %s parameters", config.preset, f"{model.count_params():,}")
     replicas = strategy.num_replicas_in_sync
@@ -324,24 +329,42 @@ def _on_nonfinite(config: TrainConfig, step: int, loss: float, in_a_row: int) ->
                              f"kept: {ckpt.describe_last_checkpoint(config.model_dir)}.")
 
 
+def _next_sync(config: TrainConfig, step: int) -> int:
+    """The next update number at which the loop logs, checkpoints, evaluates or ends."""
+    every = [config.log_every, config.checkpoint_every] + \
+        ([config.eval_every] if config.eval_every else [])
+    return min([config.train_steps] + [(step // n + 1) * n for n in every])
+
+
 def _train_loop(config, trainer, iterator, manager, writer, step, run_eval) -> dict:
-    """Steps until `config.train_steps`, logging, evaluating and checkpointing."""
+    """Steps until `config.train_steps`, logging, evaluating and checkpointing.
+
+    The device runs the updates up to the next sync point (log, checkpoint, evaluation or
+    end) without the host reading anything; there the results of all of them are read at
+    once. A non-finite update is not applied (on the device) and is named in the log when
+    read; with --on-nonfinite stop (or too many in a row) the device applies nothing after
+    it, and the loop raises at the sync point, before any checkpoint is written.
+    """
     metrics: dict = {}
     bar = tqdm(total=config.train_steps, initial=step, unit="step", dynamic_ncols=True,
                disable=None)
-    window = _Window()
-    faults, in_a_row = nonfinite_fault_steps(), 0
+    window, feed, in_a_row = _Window(), trainer.feed(iterator), 0
     while step < config.train_steps:
-        with nan_embeddings(trainer.model, step + 1 in faults):
-            result = trainer.train_step(iterator)
-        faults.discard(step + 1)
-        if not result["finite"]:
-            in_a_row += 1
-            _on_nonfinite(config, step + 1, result["loss"], in_a_row)
+        target = _next_sync(config, step)
+        results = []
+        for remaining in range(target - step, 0, -1):  # prefetch never passes the target
+            feed.fill(remaining)
+            results.append(trainer.step(feed.pop()))
+        for update, loss, tokens, applied in _read(results):
+            if not applied:
+                in_a_row += 1
+                _on_nonfinite(config, update, loss, in_a_row)
+                continue
+            step, in_a_row = step + 1, 0
+            window.add(loss, tokens)
+        bar.update(step - bar.n)
+        if step < target:  # skipped updates: run the missing ones before the sync point
             continue
-        step, in_a_row = step + 1, 0
-        bar.update(1)
-        window.add(result)
         if step % config.log_every == 0 or step == config.train_steps:
             metrics = window.report(step, trainer.optimizer, bar, writer)
         if step % config.checkpoint_every == 0 or step == config.train_steps:
@@ -356,6 +379,17 @@ def _train_loop(config, trainer, iterator, manager, writer, step, run_eval) -> d
     return metrics
 
 
+def _read(results: list[dict]) -> list[tuple[int, float, float, bool]]:
+    """(update number, loss, tokens, applied) of each step, in one device-to-host read."""
+    if not results:
+        return []
+    columns = [tf.stack([tf.cast(r[name], tf.float64) for r in results])
+               for name in ("update", "loss", "tokens", "applied")]
+    update, loss, tokens, applied = (c.numpy().tolist() for c in columns)
+    return [(int(u), lo, t, bool(a)) for u, lo, t, a in zip(update, loss, tokens, applied,
+                                                              strict=True)]
+
+
 class _Window:
     """Loss and throughput since the last log line."""
 
@@ -365,9 +399,9 @@ class _Window:
     def reset(self) -> None:
         self.tokens, self.loss, self.steps, self.start = 0.0, 0.0, 0, time.time()
 
-    def add(self, result: dict) -> None:
-        self.tokens += result["tokens"]
-        self.loss += result["loss"]
+    def add(self, loss: float, tokens: float) -> None:
+        self.tokens += tokens
+        self.loss += loss
         self.steps += 1
 
     def report(self, step, optimizer, bar, writer) -> dict:
