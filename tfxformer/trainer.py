@@ -22,7 +22,6 @@ import os
 
 import keras
 import tensorflow as tf
-from tensorflow.python.distribute.values import PerReplicaSpec
 
 from tfxformer.ids import PAD_ID
 from tfxformer.losses import label_smoothed_nll
@@ -79,11 +78,11 @@ class Trainer:
         self._faults = tf.constant(faults, tf.int64, shape=[len(faults)])
         self.traces = 0  # traces of the step function (one per run: any bucket shape)
         self._grad_fn = tf.function(self._replica_gradients, jit_compile=jit_compile)
-        local = len(strategy.extended.worker_devices)
-        replica = PerReplicaSpec(*[_IDS] * local)
-        self._step_fn = tf.function(
-            self._step, input_signature=[[((replica, replica), replica)]
-                                         * self.accumulation_steps])
+        self._local = len(strategy.extended.worker_devices)
+        # Flat per-replica tensors (cheapest to pass): [batch][local replica][3 tensors].
+        flat = [_IDS] * (3 * self._local * self.accumulation_steps)
+        self._step_fn = tf.function(self._step_flat, input_signature=[flat])
+        self._concrete = None
         self.eval_step = tf.function(self._eval_step, input_signature=[BATCH_SPEC])
 
     # --- replica functions ----------------------------------------------------------------
@@ -142,9 +141,23 @@ class Trainer:
         self._poisoned.assign(tf.where(hit, update, self._poisoned))
         return tf.where(hit, tf.constant(float("nan")), tf.constant(1.0))
 
+    def _step_flat(self, flat):
+        """`_step` on DeviceFeed's flat list of per-replica tensors."""
+        self.traces += 1
+        per_batch = 3 * self._local
+        batches = []
+        for start in range(0, len(flat), per_batch):
+            parts = flat[start:start + per_batch]
+
+            def value_fn(context, parts=parts):
+                i = 3 * (context.replica_id_in_sync_group % self._local)
+                return (parts[i], parts[i + 1]), parts[i + 2]
+            batches.append(self.strategy.experimental_distribute_values_from_function(
+                value_fn))
+        return self._step(batches)
+
     def _step(self, batches):
         """Computes the update and applies it only when loss and gradients are finite."""
-        self.traces += 1
         update = tf.cast(self.optimizer.iterations, tf.int64) + 1
         loss, tokens, square_norm, grads = self._compute(batches, self._fault(update))
         finite = tf.math.is_finite(loss)
@@ -157,7 +170,10 @@ class Trainer:
             return tf.constant(True)
         applied = tf.cond(finite, apply, lambda: tf.constant(False))
         self._in_a_row.assign(tf.where(applied, tf.constant(0, tf.int64), self._in_a_row + 1))
-        return {"loss": loss, "tokens": tokens, "applied": applied, "update": update}
+        record = tf.stack([tf.cast(update, tf.float64), tf.cast(loss, tf.float64),
+                           tf.cast(tokens, tf.float64), tf.cast(applied, tf.float64)])
+        return {"loss": loss, "tokens": tokens, "applied": applied, "update": update,
+                "record": record}
 
     def feed(self, iterator, depth: int = 2) -> DeviceFeed:
         """A :class:`DeviceFeed` of this trainer's updates from global batches of `iterator`."""
@@ -167,12 +183,15 @@ class Trainer:
         """One update from `batches` (a :meth:`DeviceFeed.pop` item); device tensors only.
 
         Returns {"loss": mean loss per real target token, "tokens": real target tokens,
-        "applied": whether the update was applied, "update": its update number} as
-        tensors: reading them is the caller's choice (a sync). A non-finite step applies
+        "applied": whether the update was applied, "update": its update number, "record":
+        the four as one float64 vector} as tensors: reading them is the caller's choice
+        (a sync). A non-finite step applies
         nothing: weights, optimizer state and step counter stay as they were. (Under
         mixed_float16 the loss-scale optimizer handles overflowing gradients itself.)
         """
-        return self._step_fn(batches)
+        if self._concrete is None:  # calling the concrete function skips argument binding
+            self._concrete = self._step_fn.get_concrete_function()
+        return self._concrete(batches)
 
     def train_step(self, iterator):
         """One update from `accumulation_steps` global batches of `iterator`, read at once.
@@ -219,7 +238,7 @@ class DeviceFeed:
     `fill(limit)` takes up to `depth` updates' worth of global batches (each update is
     `accumulation_steps` of them) from `iterator`, never more than `limit` updates, and
     places each replica's contiguous slice on its device (an asynchronous copy on GPU);
-    `pop()` returns the oldest, as the per-replica values `Trainer.step` takes.
+    `pop()` returns the oldest: the flat list of per-replica tensors `Trainer.step` takes.
 
     The position of the input lives in `iterator`, a plain tf.data iterator, which a
     `tf.train.Checkpoint` saves (a tf.distribute iterator cannot be checkpointed in TF
@@ -233,31 +252,46 @@ class DeviceFeed:
         self.strategy, self.iterator = strategy, iterator
         self.accumulation_steps, self.depth = accumulation_steps, depth
         self._devices = strategy.extended.worker_devices
+        self._first = _first_local_replica(strategy, len(self._devices))
         self._queue = collections.deque()
 
     def __len__(self) -> int:
         return len(self._queue)
 
-    def _distribute(self, batch):
-        def value_fn(context):
-            device = self._devices[context.replica_id_in_sync_group % len(self._devices)]
-            with tf.device(device):
-                return tf.nest.map_structure(
-                    lambda t: tf.identity(_slice(t, context.replica_id_in_sync_group,
-                                                 context.num_replicas_in_sync)), batch)
-        return self.strategy.experimental_distribute_values_from_function(value_fn)
+    def _distribute(self, batch) -> list:
+        """[source, decoder input, labels] of each local replica, on its device."""
+        (source, decoder_input), labels = batch
+        replicas = self.strategy.num_replicas_in_sync
+        out = []
+        for i, device in enumerate(self._devices):
+            for t in (source, decoder_input, labels):
+                t = _slice(t, self._first + i, replicas)
+                if t.device != device:  # a copy onto the replica's device (async on GPU)
+                    with tf.device(device):
+                        t = tf.identity(t)
+                out.append(t)
+        return out
 
     def fill(self, limit: int) -> None:
         """Prefetches until `depth` updates are queued or `limit` updates are queued."""
         while len(self._queue) < min(self.depth, limit):
-            self._queue.append([self._distribute(next(self.iterator))
-                                for _ in range(self.accumulation_steps)])
+            self._queue.append([t for _ in range(self.accumulation_steps)
+                                for t in self._distribute(next(self.iterator))])
 
     def pop(self):
         """The oldest prefetched update's batches (fill first)."""
         if not self._queue:
             raise RuntimeError("DeviceFeed.pop() on an empty feed: call fill() first.")
         return self._queue.popleft()
+
+
+def _first_local_replica(strategy, local: int) -> int:
+    """Replica id (in sync) of this worker's first device: worker index * local replicas."""
+    ids = strategy.experimental_distribute_values_from_function(
+        lambda context: context.replica_id_in_sync_group)
+    values = strategy.experimental_local_results(ids)
+    assert len(values) == local, (values, local)
+    return int(values[0])
 
 
 def _slice(t, index, replicas):

@@ -383,11 +383,9 @@ def _read(results: list[dict]) -> list[tuple[int, float, float, bool]]:
     """(update number, loss, tokens, applied) of each step, in one device-to-host read."""
     if not results:
         return []
-    columns = [tf.stack([tf.cast(r[name], tf.float64) for r in results])
-               for name in ("update", "loss", "tokens", "applied")]
-    update, loss, tokens, applied = (c.numpy().tolist() for c in columns)
-    return [(int(u), lo, t, bool(a)) for u, lo, t, a in zip(update, loss, tokens, applied,
-                                                              strict=True)]
+    rows = tf.stack([r["record"] for r in results]).numpy().tolist()
+    return [(int(update), loss, tokens, bool(applied))
+            for update, loss, tokens, applied in rows]
 
 
 class _Window:
