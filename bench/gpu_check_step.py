@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flops  # noqa: E402
 
 from tfxformer.config import PRECISION_POLICIES, get_preset  # noqa: E402
-from tfxformer.distribute import make_strategy, mirrored_strategy  # noqa: E402
+from tfxformer.distribute import make_strategy, mirrored_strategy, split_cpu  # noqa: E402
 from tfxformer.models.transformer import Transformer  # noqa: E402
 from tfxformer.schedules import TransformerSchedule, paper_adam  # noqa: E402
 from tfxformer.trainer import Trainer  # noqa: E402
@@ -83,6 +83,8 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--gpu-name", default="")
     args = parser.parse_args(argv)
+    if args.mode == "cpu":
+        split_cpu(2)  # before any op: the MirroredStrategy figure uses 2 CPU replicas
     if args.mode == "gpu":
         preset, vocab, rows, length, steps, warmup = "base", 32000, 390, 64, 20, 3
     else:
