@@ -28,6 +28,19 @@ from tfxformer.train_config import TrainConfig, settings_as_flags  # noqa: E402
 # Fault injection for tests only: SIGKILL the process after the files of ckpt-<N> are
 # written, before the state file names them (tfxformer.checkpoints.Manager).
 KILL_AT_SAVE_ENV = "TFXFORMER_FAULT_KILL_AT_SAVE"
+# ... and comma-separated update numbers whose first attempt gets a NaN loss and gradients.
+NONFINITE_FAULT_ENV = "TFXFORMER_FAULT_NONFINITE_STEPS"
+
+
+def _fault_settings() -> dict:
+    """The fault-injection keywords of train_and_evaluate, from the environment (tests)."""
+    kill, nonfinite = os.environ.get(KILL_AT_SAVE_ENV), os.environ.get(NONFINITE_FAULT_ENV, "")
+    try:
+        return dict(kill_at_save_step=int(kill) if kill else None,
+                    nonfinite_fault_steps={int(p) for p in nonfinite.split(",") if p.strip()})
+    except ValueError:
+        raise ValueError(f"{KILL_AT_SAVE_ENV}={kill!r} / {NONFINITE_FAULT_ENV}={nonfinite!r}: "
+                         "expected update numbers, e.g. '7' and '7,12'.") from None
 
 
 def _flag_type(hint):
@@ -64,10 +77,8 @@ def main(argv=None) -> int:
     config = parse_args(argv)
     from tfxformer.training import WorkerLostError, train_and_evaluate
 
-    kill_at_save = os.environ.get(KILL_AT_SAVE_ENV)
     try:
-        metrics = train_and_evaluate(config, kill_at_save_step=int(kill_at_save)
-                                     if kill_at_save else None)
+        metrics = train_and_evaluate(config, **_fault_settings())
     except WorkerLostError as error:
         print(f"train_wmt.py: error: {settings_as_flags(str(error))}", file=sys.stderr)
         return 3

@@ -23,7 +23,6 @@ from tfxformer.checkpoints import average_checkpoints
 from tfxformer.data.pipeline import count_filtered
 from tfxformer.data.sources import load_corpus
 from tfxformer.data.tokenizer import Tokenizer
-from tfxformer.trainer import NONFINITE_FAULT_ENV
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_WMT = os.path.join(ROOT, "scripts", "train_wmt.py")
@@ -96,6 +95,7 @@ def _load_train_wmt():
 
 train_wmt = _load_train_wmt()
 KILL_AT_SAVE_ENV = train_wmt.KILL_AT_SAVE_ENV  # read only by the script
+NONFINITE_FAULT_ENV = train_wmt.NONFINITE_FAULT_ENV
 
 
 def run_main(capsys, args):

@@ -100,3 +100,59 @@ def test_non_finite_step_changes_nothing():
     assert int(trainer.optimizer.iterations.numpy()) == 0
     for a, b in zip(trainer.model.get_weights(), before, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def _records(trainer, batches, n):
+    """n updates through a DeviceFeed; their (update, loss, tokens, applied) read once."""
+    feed = trainer.feed(iter(batches))
+    results = []
+    for remaining in range(n, 0, -1):
+        feed.fill(remaining)
+        results.append(trainer.step(feed.pop())["record"])
+    assert len(feed) == 0  # nothing prefetched past the last update asked for
+    return tf.stack(results).numpy()
+
+
+def test_one_trace_for_every_batch_shape_and_no_read_per_step():
+    trainer = _trainer(strategy_over(2))
+    shapes = [_global_batch(size, src, tgt) for size, src, tgt in ((8, 7, 6), (4, 9, 3))]
+    data = tf.data.Dataset.from_tensors(shapes[0]).concatenate(
+        tf.data.Dataset.from_tensors(shapes[1])).repeat()
+    result = trainer.step(_fed(trainer, data))
+    assert all(isinstance(v, tf.Tensor) for v in result.values())  # device tensors, unread
+    records = _records(trainer, data, 3)
+    assert trainer.traces == 1
+    assert records[:, 0].tolist() == [2, 3, 4] and records[:, 3].all()
+
+
+def _fed(trainer, data):
+    feed = trainer.feed(iter(data), depth=1)
+    feed.fill(1)
+    return feed.pop()
+
+
+def test_fault_steps_and_halt_run_on_the_device():
+    strategy = strategy_over(2)
+    with strategy.scope():
+        model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0)
+        model.build()
+        optimizer = paper_adam(1e-3)
+    trainer = Trainer(model, optimizer, strategy, halt_after_nonfinite=2,
+                      nonfinite_fault_steps=[2, 3])
+    records = _records(trainer, tf.data.Dataset.from_tensors(BATCH).repeat(), 5)
+    # update 1 applied; 2 poisoned (first attempt); its retry is 2 again, applied; then 3
+    # poisoned, its retry applied: no two in a row, so no halt.
+    assert records[:, 0].tolist() == [1, 2, 2, 3, 3]
+    assert records[:, 3].tolist() == [1, 0, 1, 0, 1]
+    assert np.isnan(records[1, 1]) and np.isfinite(records[2, 1])
+    assert int(optimizer.iterations.numpy()) == 3
+
+
+def test_halt_after_nonfinite_applies_nothing_more():
+    strategy = strategy_over(1)
+    trainer = _trainer(strategy)
+    stop = Trainer(trainer.model, trainer.optimizer, strategy, halt_after_nonfinite=1,
+                   nonfinite_fault_steps=[2])
+    records = _records(stop, tf.data.Dataset.from_tensors(BATCH).repeat(), 4)
+    assert records[:, 3].tolist() == [1, 0, 0, 0]  # halted at update 2: the rest skipped
+    assert int(trainer.optimizer.iterations.numpy()) == 1

@@ -7,18 +7,22 @@ replica divides its summed loss by the global token count (summed over replicas 
 the micro-batches of gradient accumulation) and the replicas' gradients are summed. So
 1, 2 or 8 replicas, and one batch or the same tokens in several micro-batches, give the
 same update.
+
+No host sync per step: :meth:`Trainer.step` returns device tensors (loss, tokens, whether
+the update was applied, its update number) that the training loop reads once per log
+interval; the non-finite check, the halt after too many non-finite updates, and the
+test-only fault injection all run on the device. Batches reach the replicas through a
+:class:`DeviceFeed`, which prefetches each replica's share onto its device.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import collections
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from tfxformer.layers.masks import PAD_ID
+from tfxformer.ids import PAD_ID
 from tfxformer.losses import label_smoothed_nll
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -37,18 +41,26 @@ class Trainer:
         label_smoothing: ε_ls (§5.4).
         accumulation_steps: micro-batches whose gradients make one update.
         jit_compile: compile the replica computation with XLA.
+        halt_after_nonfinite: after this many non-finite updates in a row no update is
+            applied any more (on the device, so nothing after the stop point trains
+            before the host reads the results); None: never halt.
+        nonfinite_fault_steps: test-only fault injection: the first attempt of each of
+            these update numbers gets a NaN loss and NaN gradients.
 
     Batches are GLOBAL batches `((source_ids, decoder_input_ids), labels)` as
-    tfxformer.data makes them (plain tensors, from a plain — checkpointable — tf.data
-    iterator); inside the step each replica takes its contiguous slice of the batch. Every
+    tfxformer.data makes them. :meth:`feed` wraps a plain (checkpointable) tf.data iterator
+    of them; it hands each replica its contiguous slice, on the replica's device. Every
     worker of a multi-worker run reads the same global batches and its replicas take their
     slices, so no replica ever sees a batch another one also trained on.
     """
 
     def __init__(self, model, optimizer, strategy, label_smoothing=0.1, accumulation_steps=1,
-                 jit_compile=False):
+                 jit_compile=False, halt_after_nonfinite=None, nonfinite_fault_steps=()):
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}.")
+        if halt_after_nonfinite is not None and halt_after_nonfinite < 1:
+            raise ValueError(f"halt_after_nonfinite must be >= 1 or None, got "
+                             f"{halt_after_nonfinite}.")
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
         self.label_smoothing = float(label_smoothing)
         self.accumulation_steps = int(accumulation_steps)
@@ -57,33 +69,42 @@ class Trainer:
                 model.build()
             if not optimizer.built:
                 optimizer.build(model.trainable_variables)
+        with tf.device("/cpu:0"):  # small control state, read by the host without a copy
+            self._in_a_row = tf.Variable(0, dtype=tf.int64, trainable=False)
+            self._poisoned = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._halt_after = tf.constant(halt_after_nonfinite or 2 ** 62, tf.int64)
+        faults = sorted({int(s) for s in nonfinite_fault_steps})
+        self._faults = tf.constant(faults, tf.int64, shape=[len(faults)])
+        self.traces = 0  # traces of the step function (one per run: any bucket shape)
         self._grad_fn = tf.function(self._replica_gradients, jit_compile=jit_compile)
-        # One trace for every length bucket: batch dimensions are left unknown.
-        batches = [BATCH_SPEC] * self.accumulation_steps
-        self._step_fn = tf.function(self._step, input_signature=[batches])
+        self._local = len(strategy.extended.worker_devices)
+        # Flat per-replica tensors (cheapest to pass): [batch][local replica][3 tensors].
+        flat = [_IDS] * (3 * self._local * self.accumulation_steps)
+        self._step_fn = tf.function(self._step_flat, input_signature=[flat])
+        self._concrete = None
         self.eval_step = tf.function(self._eval_step, input_signature=[BATCH_SPEC])
 
     # --- replica functions ----------------------------------------------------------------
 
     @staticmethod
     def _replica_token_count(batch):
-        _, labels = replica_slice(batch)
+        _, labels = batch
         return tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32))
 
-    def _replica_gradients(self, batch, global_tokens):
-        """(loss share, gradients of the loss share) of this replica's slice of `batch`."""
-        (source, decoder_input), labels = replica_slice(batch)
+    def _replica_gradients(self, batch, global_tokens, poison):
+        """(loss share, gradients of the loss share) of this replica's `batch`."""
+        (source, decoder_input), labels = batch
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             logits = self.model((source, decoder_input), training=True)
             loss_sum, _ = label_smoothed_nll(labels, logits, self.label_smoothing)
-            loss = loss_sum / tf.maximum(global_tokens, 1.0)
+            loss = loss_sum / tf.maximum(global_tokens, 1.0) * poison
             scaled = self.optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, variables)
         return loss, grads
 
-    def _replica_accumulate(self, batch, global_tokens, accumulated):
-        loss, grads = self._grad_fn(batch, global_tokens)
+    def _replica_accumulate(self, batch, global_tokens, poison, accumulated):
+        loss, grads = self._grad_fn(batch, global_tokens, poison)
         if accumulated is None:
             return loss, grads
         acc_loss, acc_grads = accumulated
@@ -98,7 +119,7 @@ class Trainer:
 
     # --- steps -------------------------------------------------------------------------
 
-    def _compute(self, batches):
+    def _compute(self, batches, poison):
         """Loss, real target tokens and summed gradients of a list of distributed batches."""
         tokens = tf.add_n([self.strategy.reduce(
             SUM, self.strategy.run(self._replica_token_count, args=(b,)), axis=None)
@@ -106,36 +127,82 @@ class Trainer:
         accumulated = None
         for batch in batches:
             accumulated = self.strategy.run(self._replica_accumulate,
-                                            args=(batch, tokens, accumulated))
+                                            args=(batch, tokens, poison, accumulated))
         loss, grads = accumulated
         square_norm = self.strategy.reduce(
             SUM, self.strategy.run(self._replica_square_norm, args=(grads,)), axis=None)
         return self.strategy.reduce(SUM, loss, axis=None), tokens, square_norm, grads
 
+    def _fault(self, update):
+        """NaN for the first attempt of a fault-injection update number, else 1."""
+        hit = tf.logical_and(tf.reduce_any(tf.equal(self._faults, update)),
+                             update > self._poisoned)
+        self._poisoned.assign(tf.where(hit, update, self._poisoned))
+        return tf.where(hit, tf.constant(float("nan")), tf.constant(1.0))
+
+    def _step_flat(self, flat):
+        """`_step` on DeviceFeed's flat list of per-replica tensors."""
+        self.traces += 1
+        per_batch = 3 * self._local
+        batches = []
+        for start in range(0, len(flat), per_batch):
+            parts = flat[start:start + per_batch]
+
+            def value_fn(context, parts=parts):
+                i = 3 * (context.replica_id_in_sync_group % self._local)
+                return (parts[i], parts[i + 1]), parts[i + 2]
+            batches.append(self.strategy.experimental_distribute_values_from_function(
+                value_fn))
+        return self._step(batches)
+
     def _step(self, batches):
         """Computes the update and applies it only when loss and gradients are finite."""
-        loss, tokens, square_norm, grads = self._compute(batches)
+        update = tf.cast(self.optimizer.iterations, tf.int64) + 1
+        loss, tokens, square_norm, grads = self._compute(batches, self._fault(update))
         finite = tf.math.is_finite(loss)
         if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             finite = tf.logical_and(finite, tf.math.is_finite(square_norm))
+        finite = tf.logical_and(finite, self._in_a_row < self._halt_after)
 
         def apply():
             self.strategy.run(self._replica_apply, args=(grads,))
             return tf.constant(True)
         applied = tf.cond(finite, apply, lambda: tf.constant(False))
-        return loss, tokens, applied
+        self._in_a_row.assign(tf.where(applied, tf.constant(0, tf.int64), self._in_a_row + 1))
+        record = tf.stack([tf.cast(update, tf.float64), tf.cast(loss, tf.float64),
+                           tf.cast(tokens, tf.float64), tf.cast(applied, tf.float64)])
+        return {"loss": loss, "tokens": tokens, "applied": applied, "update": update,
+                "record": record}
 
-    def train_step(self, iterator):
-        """One update from `accumulation_steps` global batches of `iterator`.
+    def feed(self, iterator, depth: int = 2) -> DeviceFeed:
+        """A :class:`DeviceFeed` of this trainer's updates from global batches of `iterator`."""
+        return DeviceFeed(self.strategy, iterator, self.accumulation_steps, depth)
 
-        Returns {"loss": mean loss per real target token (float), "tokens": real target
-        tokens, "finite": whether loss and gradients were finite}. A non-finite step applies
+    def step(self, batches) -> dict:
+        """One update from `batches` (a :meth:`DeviceFeed.pop` item); device tensors only.
+
+        Returns {"loss": mean loss per real target token, "tokens": real target tokens,
+        "applied": whether the update was applied, "update": its update number, "record":
+        the four as one float64 vector} as tensors: reading them is the caller's choice
+        (a sync). A non-finite step applies
         nothing: weights, optimizer state and step counter stay as they were. (Under
         mixed_float16 the loss-scale optimizer handles overflowing gradients itself.)
         """
-        batches = [next(iterator) for _ in range(self.accumulation_steps)]
-        loss, tokens, applied = self._step_fn(batches)
-        return {"loss": float(loss), "tokens": float(tokens), "finite": bool(applied)}
+        if self._concrete is None:  # calling the concrete function skips argument binding
+            self._concrete = self._step_fn.get_concrete_function()
+        return self._concrete(batches)
+
+    def train_step(self, iterator):
+        """One update from `accumulation_steps` global batches of `iterator`, read at once.
+
+        Returns {"loss": float, "tokens": float, "finite": bool} (a convenience for tests
+        and benchmarks: it waits for the step; the training loop uses :meth:`step`).
+        """
+        feed = DeviceFeed(self.strategy, iterator, self.accumulation_steps, depth=1)
+        feed.fill(1)
+        result = self.step(feed.pop())
+        return {"loss": float(result["loss"]), "tokens": float(result["tokens"]),
+                "finite": bool(result["applied"])}
 
     def gradients(self, batch):
         """(loss, gradients summed over replicas) of one global batch, without updating.
@@ -144,9 +211,10 @@ class Trainer:
         """
         @tf.function(input_signature=[BATCH_SPEC])
         def run(batch):
+            batch = self.strategy.run(replica_slice, args=(batch,))
             tokens = self.strategy.reduce(
                 SUM, self.strategy.run(self._replica_token_count, args=(batch,)), axis=None)
-            loss, grads = self.strategy.run(self._grad_fn, args=(batch, tokens))
+            loss, grads = self.strategy.run(self._grad_fn, args=(batch, tokens, 1.0))
             return (self.strategy.reduce(SUM, loss, axis=None),
                     [self.strategy.reduce(SUM, g, axis=None) for g in grads])
         return run(batch)
@@ -163,6 +231,76 @@ class Trainer:
         return [self.strategy.reduce(SUM, r, axis=None) for r in results]
 
 
+class DeviceFeed:
+    """Prefetches global batches of a plain tf.data iterator onto the replicas' devices.
+
+    `fill(limit)` takes up to `depth` updates' worth of global batches (each update is
+    `accumulation_steps` of them) from `iterator`, never more than `limit` updates, and
+    places each replica's contiguous slice on its device (an asynchronous copy on GPU);
+    `pop()` returns the oldest: the flat list of per-replica tensors `Trainer.step` takes.
+
+    The position of the input lives in `iterator`, a plain tf.data iterator, which a
+    `tf.train.Checkpoint` saves (a tf.distribute iterator cannot be checkpointed in TF
+    2.21: it is not `Trackable`). The training loop fills only up to its next sync point,
+    so at a checkpoint nothing is prefetched and the saved position is exact.
+    """
+
+    def __init__(self, strategy, iterator, accumulation_steps: int = 1, depth: int = 2):
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}.")
+        self.strategy, self.iterator = strategy, iterator
+        self.accumulation_steps, self.depth = accumulation_steps, depth
+        self._devices = strategy.extended.worker_devices
+        self._first = _first_local_replica(strategy, len(self._devices))
+        self._queue = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def _distribute(self, batch) -> list:
+        """[source, decoder input, labels] of each local replica, on its device."""
+        (source, decoder_input), labels = batch
+        replicas = self.strategy.num_replicas_in_sync
+        out = []
+        for i, device in enumerate(self._devices):
+            for t in (source, decoder_input, labels):
+                t = _slice(t, self._first + i, replicas)
+                if t.device != device:  # a copy onto the replica's device (async on GPU)
+                    with tf.device(device):
+                        t = tf.identity(t)
+                out.append(t)
+        return out
+
+    def fill(self, limit: int) -> None:
+        """Prefetches until `depth` updates are queued or `limit` updates are queued."""
+        while len(self._queue) < min(self.depth, limit):
+            self._queue.append([t for _ in range(self.accumulation_steps)
+                                for t in self._distribute(next(self.iterator))])
+
+    def pop(self):
+        """The oldest prefetched update's batches (fill first)."""
+        if not self._queue:
+            raise RuntimeError("DeviceFeed.pop() on an empty feed: call fill() first.")
+        return self._queue.popleft()
+
+
+def _first_local_replica(strategy, local: int) -> int:
+    """Replica id (in sync) of this worker's first device: worker index * local replicas."""
+    ids = strategy.experimental_distribute_values_from_function(
+        lambda context: context.replica_id_in_sync_group)
+    values = strategy.experimental_local_results(ids)
+    assert len(values) == local, (values, local)
+    return int(values[0])
+
+
+def _slice(t, index, replicas):
+    """Rows [index * n, (index + 1) * n) of `t`, n = ceil(B / replicas)."""
+    if replicas == 1:
+        return t
+    rows = -(-tf.shape(t)[0] // replicas)
+    return t[index * rows:(index + 1) * rows]
+
+
 def replica_slice(batch):
     """This replica's contiguous share of a global batch (call in a replica context).
 
@@ -171,49 +309,9 @@ def replica_slice(batch):
     evaluation batches.
     """
     context = tf.distribute.get_replica_context()
-    replicas = context.num_replicas_in_sync
-    if replicas == 1:
-        return batch
     index = tf.cast(context.replica_id_in_sync_group, tf.int32)
-
-    def part(t):
-        rows = -(-tf.shape(t)[0] // replicas)
-        return t[index * rows:(index + 1) * rows]
-    return tf.nest.map_structure(part, batch)
-
-
-# Fault injection for tests only: comma-separated update numbers whose first attempt the
-# training loop runs inside `nan_embeddings`, so that loss and gradients are non-finite.
-NONFINITE_FAULT_ENV = "TFXFORMER_FAULT_NONFINITE_STEPS"
-
-
-def nonfinite_fault_steps() -> set[int]:
-    """The update numbers that NONFINITE_FAULT_ENV asks to poison (empty when unset)."""
-    raw = os.environ.get(NONFINITE_FAULT_ENV, "")
-    try:
-        return {int(part) for part in raw.split(",") if part.strip()}
-    except ValueError:
-        raise ValueError(f"{NONFINITE_FAULT_ENV}={raw!r}: expected comma-separated update "
-                         "numbers, e.g. '7,12'.") from None
-
-
-@contextlib.contextmanager
-def nan_embeddings(model, active: bool = True):
-    """Fault injection for tests: the shared embedding is NaN inside the block.
-
-    A train step run inside it has a NaN loss and NaN gradients, so it exercises the
-    non-finite path; the weights are put back afterwards (a skipped step changes none).
-    """
-    if not active:
-        yield
-        return
-    variable = model.embedding.embeddings
-    saved = keras.ops.convert_to_numpy(variable)
-    variable.assign(np.full_like(saved, np.nan))
-    try:
-        yield
-    finally:
-        variable.assign(saved)
+    return tf.nest.map_structure(
+        lambda t: _slice(t, index, context.num_replicas_in_sync), batch)
 
 
 def learning_rate(optimizer) -> float:

@@ -40,7 +40,7 @@ from tfxformer.train_config import (  # noqa: F401 (the names callers import fro
     setting,
     settings_as_flags,
 )
-from tfxformer.trainer import Trainer, learning_rate, nan_embeddings, nonfinite_fault_steps
+from tfxformer.trainer import Trainer, learning_rate
 
 log = logging.getLogger("tfxformer")
 
@@ -96,7 +96,7 @@ def prepare_vocabulary(config: TrainConfig, corpus, strategy, chief: bool) -> To
     return tokenizer
 
 
-def build_training(config: TrainConfig, strategy):
+def build_training(config: TrainConfig, strategy, nonfinite_fault_steps=()):
     """Model, optimizer and Trainer under `strategy.scope()`."""
     with strategy.scope():
         model = Transformer(**config.model_kwargs())
@@ -106,8 +106,10 @@ def build_training(config: TrainConfig, strategy):
         optimizer = paper_adam(schedule)
         if config.precision == "fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    halt = 1 if config.on_nonfinite == "stop" else MAX_CONSECUTIVE_NONFINITE
     trainer = Trainer(model, optimizer, strategy, config.label_smoothing,
-                      config.accumulation_steps, jit_compile=config.xla)
+                      config.accumulation_steps, jit_compile=config.xla,
+                      halt_after_nonfinite=halt, nonfinite_fault_steps=nonfinite_fault_steps)
     return model, optimizer, trainer
 
 
@@ -166,12 +168,14 @@ def _check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer) -> 
                          f"{config.max_length} tokens each (BOS/EOS included).")
 
 
-def train_and_evaluate(config: TrainConfig, kill_at_save_step: int | None = None) -> dict:
+def train_and_evaluate(config: TrainConfig, *, kill_at_save_step: int | None = None,
+                       nonfinite_fault_steps=()) -> dict:
     """Runs (or resumes) training as `config` says; returns the last metrics.
 
-    `kill_at_save_step` is fault injection for tests (:class:`tfxformer.checkpoints.Manager`).
-    Errors name settings in backticks (`max_length`); :func:`settings_as_flags` spells
-    them as flags.
+    Fault injection for tests (scripts/train_wmt.py sets both from the environment):
+    `kill_at_save_step` (:class:`tfxformer.checkpoints.Manager`) and `nonfinite_fault_steps`,
+    update numbers whose first attempt gets a NaN loss. Errors name settings in backticks
+    (`max_length`); :func:`settings_as_flags` spells them as flags.
 
     Raises:
         ValueError, FileNotFoundError: bad settings, data, vocabulary, config.json or
@@ -192,7 +196,7 @@ def train_and_evaluate(config: TrainConfig, kill_at_save_step: int | None = None
     _setup_logging(config.model_dir if chief else None)
     log.info("%d replicas in sync (%s)", strategy.num_replicas_in_sync, type(strategy).__name__)
     try:
-        return _run(config, strategy, chief, kill_at_save_step)
+        return _run(config, strategy, chief, kill_at_save_step, nonfinite_fault_steps)
     except tf.errors.UnavailableError as error:
         if not is_multi_worker(strategy):
             raise
@@ -204,13 +208,14 @@ def train_and_evaluate(config: TrainConfig, kill_at_save_step: int | None = None
             f"{ckpt.describe_last_checkpoint(config.model_dir)}.") from error
 
 
-def _run(config: TrainConfig, strategy, chief: bool, kill_at_save_step=None) -> dict:
+def _run(config: TrainConfig, strategy, chief: bool, kill_at_save_step=None,
+         nonfinite_fault_steps=()) -> dict:
     corpus = sources.load_corpus(config.data, config.src, config.tgt,
                                  data_dir=config.tfds_data_dir,
                                  manual_dir=config.tfds_manual_dir)
     _check_splits(config, corpus)
     tokenizer = prepare_vocabulary(config, corpus, strategy, chief)
-    model, optimizer, trainer = build_training(config, strategy)
+    model, optimizer, trainer = build_training(config, strategy, nonfinite_fault_steps)
     _write_config(config, model.model_config, chief, tokenizer)
     log.info("Model %s: %s parameters", config.preset, f"{model.count_params():,}")
     replicas = strategy.num_replicas_in_sync
@@ -260,24 +265,42 @@ def _on_nonfinite(config: TrainConfig, step: int, loss: float, in_a_row: int) ->
                              f"kept: {ckpt.describe_last_checkpoint(config.model_dir)}.")
 
 
+def _next_sync(config: TrainConfig, step: int) -> int:
+    """The next update number at which the loop logs, checkpoints, evaluates or ends."""
+    every = [config.log_every, config.checkpoint_every] + \
+        ([config.eval_every] if config.eval_every else [])
+    return min([config.train_steps] + [(step // n + 1) * n for n in every])
+
+
 def _train_loop(config, trainer, iterator, manager, writer, step, run_eval) -> dict:
-    """Steps until `config.train_steps`, logging, evaluating and checkpointing."""
+    """Steps until `config.train_steps`, logging, evaluating and checkpointing.
+
+    The device runs the updates up to the next sync point (log, checkpoint, evaluation or
+    end) without the host reading anything; there the results of all of them are read at
+    once. A non-finite update is not applied (on the device) and is named in the log when
+    read; with --on-nonfinite stop (or too many in a row) the device applies nothing after
+    it, and the loop raises at the sync point, before any checkpoint is written.
+    """
     metrics: dict = {}
     bar = tqdm(total=config.train_steps, initial=step, unit="step", dynamic_ncols=True,
                disable=None)
-    window = _Window()
-    faults, in_a_row = nonfinite_fault_steps(), 0
+    window, feed, in_a_row = _Window(), trainer.feed(iterator), 0
     while step < config.train_steps:
-        with nan_embeddings(trainer.model, step + 1 in faults):
-            result = trainer.train_step(iterator)
-        faults.discard(step + 1)
-        if not result["finite"]:
-            in_a_row += 1
-            _on_nonfinite(config, step + 1, result["loss"], in_a_row)
+        target = _next_sync(config, step)
+        results = []
+        for remaining in range(target - step, 0, -1):  # prefetch never passes the target
+            feed.fill(remaining)
+            results.append(trainer.step(feed.pop()))
+        for update, loss, tokens, applied in _read(results):
+            if not applied:
+                in_a_row += 1
+                _on_nonfinite(config, update, loss, in_a_row)
+                continue
+            step, in_a_row = step + 1, 0
+            window.add(loss, tokens)
+        bar.update(step - bar.n)
+        if step < target:  # skipped updates: run the missing ones before the sync point
             continue
-        step, in_a_row = step + 1, 0
-        bar.update(1)
-        window.add(result)
         if step % config.log_every == 0 or step == config.train_steps:
             metrics = window.report(step, trainer.optimizer, bar, writer)
         if step % config.checkpoint_every == 0 or step == config.train_steps:
@@ -292,6 +315,15 @@ def _train_loop(config, trainer, iterator, manager, writer, step, run_eval) -> d
     return metrics
 
 
+def _read(results: list[dict]) -> list[tuple[int, float, float, bool]]:
+    """(update number, loss, tokens, applied) of each step, in one device-to-host read."""
+    if not results:
+        return []
+    rows = tf.stack([r["record"] for r in results]).numpy().tolist()
+    return [(int(update), loss, tokens, bool(applied))
+            for update, loss, tokens, applied in rows]
+
+
 class _Window:
     """Loss and throughput since the last log line."""
 
@@ -301,9 +333,9 @@ class _Window:
     def reset(self) -> None:
         self.tokens, self.loss, self.steps, self.start = 0.0, 0.0, 0, time.time()
 
-    def add(self, result: dict) -> None:
-        self.tokens += result["tokens"]
-        self.loss += result["loss"]
+    def add(self, loss: float, tokens: float) -> None:
+        self.tokens += tokens
+        self.loss += loss
         self.steps += 1
 
     def report(self, step, optimizer, bar, writer) -> dict:
