@@ -7,7 +7,7 @@ joined, drawn with replacement and shuffled, so the sentence lengths come close 
 news text. Then the real path of scripts/train_wmt.py from a cold run dir: corpus checks
 (`sources.load_corpus`), vocabulary training (`training.prepare_vocabulary`, 37k pieces,
 SentencePiece sampling at most 3 M lines), the length check
-(`training._check_training_pairs`), `pipeline.train_dataset` at 25,000 tokens per batch,
+(`training.check_training_pairs`), `pipeline.train_dataset` at 25,000 tokens per batch,
 first batch. Then the steady-state target tokens/s of the pipeline, in a child process
 pinned to one core (`--core`) and in one with all cores.
 
@@ -87,11 +87,11 @@ def first_batch(folder: str, run_dir: str, vocab_size: int, batch_tokens: int) -
     stages, began = {}, time.perf_counter()
     strategy = make_strategy(1)
     corpus = sources.load_corpus(config.data, config.src, config.tgt)
-    training._check_splits(config, corpus)
+    training.check_splits(config, corpus)
     stages["corpus_checks"] = time.perf_counter() - began
     tokenizer = training.prepare_vocabulary(config, corpus, strategy, chief=True)
     stages["vocabulary"] = time.perf_counter() - began - sum(stages.values())
-    training._check_training_pairs(config, corpus, tokenizer)
+    training.check_training_pairs(config, corpus, tokenizer)
     stages["length_check"] = time.perf_counter() - began - sum(stages.values())
     data = pipeline.train_dataset(corpus.train.dataset(), tokenizer,
                                   batch_tokens=config.batch_tokens,

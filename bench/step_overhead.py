@@ -2,7 +2,7 @@
 
 A trivial model (1 layer, d_model 8, vocabulary 16, 2 x 8 tokens) makes the compute of
 a step small, so the wall time per step of the real training loop
-(`tfxformer.training._train_loop`: data, step dispatch, metric reads, logging every
+(`tfxformer.training.train_loop`: data, step dispatch, metric reads, logging every
 `--log-every` updates) is mostly host work. The compute is measured on its own: the same
 update run `--steps` times inside ONE tf.function (an in-graph loop: no Python, no data,
 no read per step). Then
@@ -10,8 +10,9 @@ no read per step). Then
     host_ms_per_step = loop_ms_per_step - compute_ms_per_step     (fastest of --repeats each)
 
 Batches cycle through three lengths (like length buckets), so the trace count shows
-whether the step is traced once per run. Run it on the code to measure: the tree on
-PYTHONPATH decides (e.g. PYTHONPATH=/work/main for the code before issue 16).
+whether the step is traced once per run. The "before" figures in
+bench/results/step_overhead_before.log were taken with an earlier version of this script
+on the code before issue 16 (commit 3aec258, per-step host reads).
 
     PYTHONPATH=$PWD nice -n 10 python bench/step_overhead.py --steps 600
 
@@ -77,20 +78,16 @@ def _loop_ms(trainer, iterator, steps: int, log_every: int, start: int) -> float
                                   log_every=log_every, checkpoint_every=10 ** 9,
                                   eval_every=0)
     began = time.perf_counter()
-    training._train_loop(config, trainer, iterator, _NoSave(), tf.summary.create_noop_writer(),
+    training.train_loop(config, trainer, iterator, _NoSave(), tf.summary.create_noop_writer(),
                          start, lambda: {})
     return (time.perf_counter() - began) * 1000 / steps
 
 
 def _compute_ms(trainer, iterator, steps: int) -> float:
     """ms per update of the same update repeated inside one tf.function."""
-    if hasattr(trainer, "feed"):  # issue 16: per-replica batches from a DeviceFeed
-        feed = trainer.feed(iterator, depth=1)
-        feed.fill(1)
-        batches, step = feed.pop(), trainer._step_flat
-    else:  # before: a list of global batches
-        batches = [next(iterator) for _ in range(trainer.accumulation_steps)]
-        step = trainer._step
+    feed = trainer.feed(iterator, depth=1)
+    feed.fill(1)
+    batches, step = feed.pop(), trainer.step
 
     @tf.function
     def repeat(n):
@@ -122,7 +119,7 @@ def main(argv=None) -> int:
         loops.append(_loop_ms(trainer, iterator, args.steps, args.log_every,
                               int(trainer.optimizer.iterations.numpy())))
         computes.append(_compute_ms(trainer, iterator, args.steps))
-    traces = trainer._step_fn.experimental_get_tracing_count()
+    traces = trainer.traces
     # On a shared machine the fastest run is the least disturbed one: min - min.
     loop, compute = min(loops), min(computes)
     result = {"bench": "step_overhead", "code": args.label or os.path.dirname(

@@ -149,7 +149,7 @@ def _data_settings(config: TrainConfig, replicas: int) -> dict:
     return dict({name: getattr(config, name) for name in names}, replicas=replicas)
 
 
-def _check_splits(config: TrainConfig, corpus) -> None:
+def check_splits(config: TrainConfig, corpus) -> None:
     """Empty training data, or empty validation data to evaluate on, is an error."""
     if corpus.train.num_examples == 0:
         raise ValueError(f"The training split {corpus.train.origin} is empty.")
@@ -158,7 +158,7 @@ def _check_splits(config: TrainConfig, corpus) -> None:
                          "or set `eval_every` 0 to train without evaluation.")
 
 
-def _check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer) -> None:
+def check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer) -> None:
     """Counts what the length filter keeps; none kept would make tf.data spin forever."""
     stats = pipeline.count_filtered(corpus.train.dataset(), tokenizer,
                                     max_length=config.max_length)
@@ -213,7 +213,7 @@ def _run(config: TrainConfig, strategy, chief: bool, kill_at_save_step=None,
     corpus = sources.load_corpus(config.data, config.src, config.tgt,
                                  data_dir=config.tfds_data_dir,
                                  manual_dir=config.tfds_manual_dir)
-    _check_splits(config, corpus)
+    check_splits(config, corpus)
     tokenizer = prepare_vocabulary(config, corpus, strategy, chief)
     model, optimizer, trainer = build_training(config, strategy, nonfinite_fault_steps)
     _write_config(config, model.model_config, chief, tokenizer)
@@ -232,12 +232,12 @@ def _run(config: TrainConfig, strategy, chief: bool, kill_at_save_step=None,
                            kill_at_save_step=kill_at_save_step)
     step = manager.restore_latest()
     if step == 0:  # every worker: one that found nothing to train on would spin forever
-        _check_training_pairs(config, corpus, tokenizer)
+        check_training_pairs(config, corpus, tokenizer)
     translate_fn = make_translate_fn(model, tokenizer.spm_bytes, config.beam_size,
                                      config.alpha) if config.eval_sentences else None
     writer = tf.summary.create_file_writer(os.path.join(config.model_dir, rundir.LOGS)) \
         if chief else tf.summary.create_noop_writer()
-    metrics = _train_loop(config, trainer, batches, manager, writer, step,
+    metrics = train_loop(config, trainer, batches, manager, writer, step,
                           lambda: evaluate(trainer, tokenizer, corpus.val, strategy,
                                            config.eval_sentences, translate_fn))
     if config.average_last > 1 and chief:
@@ -272,7 +272,7 @@ def _next_sync(config: TrainConfig, step: int) -> int:
     return min([config.train_steps] + [(step // n + 1) * n for n in every])
 
 
-def _train_loop(config, trainer, iterator, manager, writer, step, run_eval) -> dict:
+def train_loop(config, trainer, iterator, manager, writer, step, run_eval) -> dict:
     """Steps until `config.train_steps`, logging, evaluating and checkpointing.
 
     The device runs the updates up to the next sync point (log, checkpoint, evaluation or
