@@ -22,13 +22,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 METRICS = ("multi30k",)
 
 
-def load(model_path, checkpoint=None, precision="fp32", batch_size=64, greedy=False):
-    """Returns (path, {mode: translate(list[str]) -> list[str]}) for "beam" (and "greedy")."""
+def load(model_path, checkpoint=None, precision="fp32", batch_size=64, greedy=False,
+         beam_size=None, alpha=None):
+    """Returns (path, {mode: translate(list[str]) -> list[str]}) for "beam" (and "greedy");
+    beam_size/alpha None = the model's own (the export's, or the run's)."""
     from tfxformer.decoding import DEFAULT_EXTRA_LENGTH
     from tfxformer.serving import load_translate_fn
 
-    beam = load_translate_fn(model_path, batch_size=batch_size, precision=precision,
-                             checkpoint=checkpoint)
+    beam = load_translate_fn(model_path, beam_size=beam_size, alpha=alpha,
+                             batch_size=batch_size, precision=precision, checkpoint=checkpoint)
     translators = {"beam": beam}
     if greedy:
         translators["greedy"] = load_translate_fn(
@@ -67,6 +69,10 @@ def _parser():
                         "(default: %(default)s)")
     parser.add_argument("--hyp-dir", help="write each set's translations here")
     parser.add_argument("--label", default="", help="label of this model in the table")
+    parser.add_argument("--beam-size", type=int, help="beam size of the beam rows (default: "
+                        "the export's, or the run's --beam-size)")
+    parser.add_argument("--alpha", type=float, help="length penalty alpha of the beam rows "
+                        "(default: the export's, or the run's --alpha)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="compute type for a run dir (bf16: bfloat16 matmuls, float32 "
                              "weights and softmax) (default: %(default)s)")
@@ -111,7 +117,7 @@ def main(argv=None) -> int:
                        multi30k_references(args.data, name, args.tgt) if multi30k else None)
                 for name in args.sets}
         path, translators = load(args.model, args.checkpoint, args.precision,
-                                 args.batch_size, args.greedy)
+                                 args.batch_size, args.greedy, args.beam_size, args.alpha)
     except (OSError, ValueError, ImportError) as error:
         print(f"evaluate.py: error: {error}", file=sys.stderr)
         return 2
@@ -121,7 +127,9 @@ def main(argv=None) -> int:
             start = time.perf_counter()
             hyps = translate(sources)
             seconds = time.perf_counter() - start
+            options = translate.options  # the beam size and alpha actually used
             row = dict(model=args.label or path, set=name, decoding=mode,
+                       beam_size=options["beam_size"], alpha=options["alpha"],
                        precision=args.precision, sentences=len(hyps),
                        seconds=round(seconds, 1),
                        **_score(hyps, references, args.tgt, multi30k_refs))
