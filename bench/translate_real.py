@@ -4,10 +4,12 @@
 Systems, each run in its own process (so that `ru_maxrss` is its own peak RSS):
   tfxformer-fp32  the shipped SavedModel (saved_models/multi30k_en_de, highest version),
                   strings in, strings out, through `serving_default`.
-  tfxformer-best  the same variables re-exported at run time with `scripts/export.py
-                  --precision bf16` into a temp dir (AVX512-BF16 CPUs), same signature.
-                  (Keras int8, bench/keras_quantize.py, was slower than fp32 on this CPU:
-                  bench/results/keras_quantize.log, so bf16 is the best mode offered.)
+  tfxformer-best  the same variables re-exported at run time with today's code
+                  (`scripts/export.py --precision fp32`, --best-precision) into a temp dir,
+                  same signature. fp32 because it was the fastest measured on this CPU:
+                  bf16 (AVX512-BF16) no faster on test_2016 and slower on newstest2014 for
+                  this d_model=128 model; Keras int8 slower than fp32
+                  (bench/results/keras_quantize.log). See bench/README.md.
   ct2-float32,    the same trained weights converted to CTranslate2 with its Python
   ct2-int8        `ctranslate2.specs` API from numpy (as bench/ct2_peer.py does for random
                   weights), loaded with compute_type float32 / int8.
@@ -181,6 +183,16 @@ def read_set(name: str, limit: int | None):
     return sources, references
 
 
+def _timed(fn, repeats):
+    """(median seconds of `repeats` calls, every call's seconds, the last call's result)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2], [round(t, 2) for t in times], result
+
+
 def _report(args, hypotheses, references, seconds, sp, extra):
     import sacrebleu
 
@@ -206,15 +218,18 @@ def tf_worker(args):
     sources, references = read_set(args.set, args.limit)
     fn = tf.saved_model.load(args.model).signatures["serving_default"]
     fn(text=tf.constant(sources[:WARMUP]))
-    start = time.perf_counter()
-    out = fn(text=tf.constant(sources))
-    hypotheses = [t.decode("utf-8") for t in out["translation"].numpy()]
-    seconds = time.perf_counter() - start
+
+    def call():
+        out = fn(text=tf.constant(sources))
+        return [t.decode("utf-8") for t in out["translation"].numpy()], out
+
+    seconds, times, (hypotheses, out) = _timed(call, args.repeats)
     sp = sentencepiece.SentencePieceProcessor(
         model_file=os.path.join(args.model, "assets", "spm.model"))
     _report(args, hypotheses, references, seconds, sp,
             {"model": os.path.relpath(args.model, REPO) if args.model.startswith(REPO)
-             else args.model, "truncated": int(out["truncated"].numpy().sum())})
+             else args.model, "truncated": int(out["truncated"].numpy().sum()),
+             "seconds_all": times})
 
 
 def ct2_worker(args):
@@ -248,11 +263,9 @@ def ct2_worker(args):
         return output
 
     translate(sources[:WARMUP])
-    start = time.perf_counter()
-    hypotheses = translate(sources)
-    seconds = time.perf_counter() - start
+    seconds, times, hypotheses = _timed(lambda: translate(sources), args.repeats)
     _report(args, hypotheses, references, seconds, sp,
-            {"ct2_version": ctranslate2.__version__,
+            {"ct2_version": ctranslate2.__version__, "seconds_all": times,
              "compute_type_resolved": translator.compute_type, "intra_threads": args.threads,
              "cpu_isa_env": os.environ.get("CT2_FORCE_CPU_ISA", "(auto)")})
 
@@ -288,7 +301,7 @@ def prepare(args, tmp):
     if "tfxformer-best" in args.systems:
         out = _run([args.tf_python, os.path.join(REPO, "scripts", "export.py"), "--model",
                     args.model, "--export-dir", os.path.join(tmp, "bf16"), "--precision",
-                    "bf16", "--max-input-tokens", str(limits["max_input_tokens"]),
+                    args.best_precision, "--max-input-tokens", str(limits["max_input_tokens"]),
                     "--max-output-tokens", str(limits["max_output_tokens"]),
                     "--max-extra-length", str(limits["extra_length"])], env)
         paths["best"] = out.strip().splitlines()[-1]
@@ -308,7 +321,7 @@ def drive(args):
             for system in args.systems:
                 hyp = os.path.join(args.hypotheses_dir or tmp, f"{system}.{name}.txt")
                 common = ["--role", "worker", "--system", system, "--set", name,
-                          "--hypotheses", hyp]
+                          "--hypotheses", hyp, "--repeats", str(args.repeats)]
                 common += ["--limit", str(args.limit)] if args.limit else []
                 common += ["--cpus", args.cpus] if args.cpus else []
                 if system.startswith("ct2"):
@@ -358,6 +371,11 @@ def parse_args(argv=None):
                     help="python with TensorFlow and tfxformer (default: this one)")
     ap.add_argument("--ct2-python", default="/tmp/venv/ct2/bin/python",
                     help="python of the CTranslate2 venv (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed calls per system and set; the median counts (default: 3)")
+    ap.add_argument("--best-precision", choices=["fp32", "bf16"], default="fp32",
+                    help="--precision of the run-time re-export behind tfxformer-best "
+                         "(default: %(default)s)")
     ap.add_argument("--hypotheses-dir", help="keep each system's translations here")
     for hidden in ("--system", "--set", "--hypotheses", "--ct2-dir", "--spm", "--limits",
                    "--npz", "--out"):
