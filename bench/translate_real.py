@@ -103,7 +103,7 @@ def export_npz(model_dir: str, path: str) -> None:
     np.savez(path, **arrays)
 
 
-def _set_layer(spec_layer, weights, prefix, norm_name, kind):
+def set_ct2_layer(spec_layer, weights, prefix, norm_name, kind):
     """One encoder/decoder layer of the CT2 spec from the npz weights under `prefix`."""
     def dense(lin, *names):  # our kernels are (in, out); CT2 wants (out, in)
         lin.weight = np.concatenate([weights[f"{prefix}/{n}_kernel"].T for n in names], 0)
@@ -155,9 +155,9 @@ def build_ct2(npz_path: str, spm_path: str, out_dir: str) -> None:
     spec.encoder.position_encodings.encodings = table
     spec.decoder.position_encodings.encodings = table
     for i in range(layers):
-        _set_layer(spec.encoder.layer[i], weights, f"transformer/encoder/layer_{i}",
+        set_ct2_layer(spec.encoder.layer[i], weights, f"transformer/encoder/layer_{i}",
                    "attention_block", "encoder")
-        _set_layer(spec.decoder.layer[i], weights, f"transformer/decoder/layer_{i}",
+        set_ct2_layer(spec.decoder.layer[i], weights, f"transformer/decoder/layer_{i}",
                    "self_attention_block", "decoder")
     sp = sentencepiece.SentencePieceProcessor(model_file=spm_path)
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
