@@ -36,8 +36,9 @@ counted, the same count for every system) over that call; cased sacreBLEU (13a).
 Threads: every worker is pinned to --cpus (default: all); CT2 intra_threads = --threads
 (default: the number of those cores), inter_threads 1; TensorFlow its default (it sizes its
 pools from the same affinity mask). On a machine where another job holds a core, pin both
-sides to the free ones: CT2 with more OpenMP threads than free cores spin-waits (64
-sentences: 50 s with 2 threads vs 0.18 s with 1, bench/results/translate_real.log).
+sides to the free ones: CT2 with more threads than free cores stalls (64 sentences, core 0
+busy with a training: 37.5 s and 50.6 s with 2 threads vs 0.18 s with 1 on core 1;
+bench/results/translate_real.log, bench/README.md).
 
 Environments: the TF part runs in the project venv (PYTHONPATH = repo root), the CT2 part
 in its own venv, no TensorFlow:
@@ -300,7 +301,7 @@ def prepare(args, tmp):
               "--spm", paths["spm"], "--out", paths["ct2"]])
     if "tfxformer-best" in args.systems:
         out = _run([args.tf_python, os.path.join(REPO, "scripts", "export.py"), "--model",
-                    args.model, "--export-dir", os.path.join(tmp, "bf16"), "--precision",
+                    args.model, "--export-dir", os.path.join(tmp, "best"), "--precision",
                     args.best_precision, "--max-input-tokens", str(limits["max_input_tokens"]),
                     "--max-output-tokens", str(limits["max_output_tokens"]),
                     "--max-extra-length", str(limits["extra_length"])], env)
