@@ -18,10 +18,12 @@ The conversion (`build_ct2`): post-norm, ReLU, embeddings scaled by sqrt(d) (§3
 matrix for source and target embeddings and the output projection (bias 0), LayerNorm
 epsilon from config.json (1e-6), fused QKV / KV weights (Dense kernels transposed to CT2's
 (out, in)), and the position table given explicitly: ours interleaves sin/cos (§3.5,
-tfxformer/layers/position.py) while CT2's built-in table is [sin | cos] halves, so
-`sinusoid_table` (numpy, same formula) is stored as `position_encodings.encodings`
-(positions from 0). Vocabulary: the SentencePiece pieces of assets/spm.model in id order
-(<pad> <unk> <s> </s> ...: CT2's default unk/bos/eos names; decoding starts with <s>).
+tfxformer/layers/position.py, positions from 0, angle pos / 10000^(2i/d)) while CT2's
+built-in table (src/layers/common.cc, generate_sinusoidal_position_encoding) is [sin | cos]
+halves, positions from 1, angle pos / 10000^(i/(d/2 - 1)); so `sinusoid_table` (numpy, our
+formula) is stored as `position_encodings.encodings`, which CT2 indexes from position 0.
+Vocabulary: the SentencePiece pieces of assets/spm.model in id order (<pad> <unk> <s> </s>
+...: CT2's default unk/bos/eos names; decoding starts with <s>).
 SentencePiece stays outside CT2: sources are encoded to pieces, cut to max_input_tokens - 1,
 then "</s>" (as our translator does); output pieces are decoded with SentencePiece.
 Decoding options as ours: beam 4, `length_penalty=0.6` (CT2 divides by ((5 + |Y|) / 6)^α
@@ -30,14 +32,15 @@ generated (`suppress_sequences`), sentences sorted by length in batches of 64, e
 `max_decoding_length` = min(max_output_tokens, longest source + extra_length) (ours is per
 sentence; equal while no output runs past its own source + 50).
 
-Timing: per system and set, one untimed warm-up call on the first 64 sentences, then the
-whole set; sentences/s and target tokens/s (SentencePiece pieces of the output text, EOS not
-counted, the same count for every system) over that call; cased sacreBLEU (13a).
+Timing: per system and set, one untimed warm-up call on the first 64 sentences, then
+--repeats calls on the whole set; sentences/s and target tokens/s (SentencePiece pieces of
+the output text, EOS not counted, the same count for every system) over the median call;
+cased sacreBLEU (13a).
 Threads: every worker is pinned to --cpus (default: all); CT2 intra_threads = --threads
 (default: the number of those cores), inter_threads 1; TensorFlow its default (it sizes its
 pools from the same affinity mask). On a machine where another job holds a core, pin both
 sides to the free ones: CT2 with more threads than free cores stalls (64 sentences, core 0
-busy with a training: 37.5 s and 50.6 s with 2 threads vs 0.18 s with 1 on core 1;
+busy with a training: 37.5 s and 50.6 s with 2 threads vs 0.18 s with 1;
 bench/results/translate_real.log, bench/README.md).
 
 Environments: the TF part runs in the project venv (PYTHONPATH = repo root), the CT2 part
@@ -205,8 +208,9 @@ def _report(args, hypotheses, references, seconds, sp, extra):
            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     detail = {"sentences": len(hypotheses), "target_tokens": tokens, "seconds": round(seconds, 2),
               "loadavg_1min_at_end": round(os.getloadavg()[0], 2), **extra}
-    with open(args.hypotheses, "w") as f:
-        f.write("\n".join(hypotheses) + "\n")
+    if args.hypotheses:
+        with open(args.hypotheses, "w") as f:
+            f.write("\n".join(hypotheses) + "\n")
     print(json.dumps({"result": row, "detail": detail}), flush=True)
 
 
