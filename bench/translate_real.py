@@ -1,0 +1,415 @@
+#!/usr/bin/env python
+"""Real-text translation benchmark: the shipped EN→DE model against CTranslate2 on its weights.
+
+Systems, each run in its own process (so that `ru_maxrss` is its own peak RSS):
+  tfxformer-fp32  the shipped SavedModel (saved_models/multi30k_en_de, highest version),
+                  strings in, strings out, through `serving_default`.
+  tfxformer-best  the same variables re-exported at run time with today's code
+                  (`scripts/export.py --precision fp32`, --best-precision) into a temp dir,
+                  same signature. fp32 because it was the fastest measured on this CPU:
+                  bf16 (AVX512-BF16) no faster on test_2016 and slower on newstest2014 for
+                  this d_model=128 model; Keras int8 slower than fp32
+                  (bench/results/keras_quantize.log). See bench/README.md.
+  ct2-float32,    the same trained weights converted to CTranslate2 with its Python
+  ct2-int8        `ctranslate2.specs` API from numpy (as bench/ct2_peer.py does for random
+                  weights), loaded with compute_type float32 / int8.
+
+The conversion (`build_ct2`): post-norm, ReLU, embeddings scaled by sqrt(d) (§3.4), one
+matrix for source and target embeddings and the output projection (bias 0), LayerNorm
+epsilon from config.json (1e-6), fused QKV / KV weights (Dense kernels transposed to CT2's
+(out, in)), and the position table given explicitly: ours interleaves sin/cos (§3.5,
+tfxformer/layers/position.py, positions from 0, angle pos / 10000^(2i/d)) while CT2's
+built-in table (src/layers/common.cc, generate_sinusoidal_position_encoding) is [sin | cos]
+halves, positions from 1, angle pos / 10000^(i/(d/2 - 1)); so `sinusoid_table` (numpy, our
+formula) is stored as `position_encodings.encodings`, which CT2 indexes from position 0.
+Vocabulary: the SentencePiece pieces of assets/spm.model in id order (<pad> <unk> <s> </s>
+...: CT2's default unk/bos/eos names; decoding starts with <s>).
+SentencePiece stays outside CT2: sources are encoded to pieces, cut to max_input_tokens - 1,
+then "</s>" (as our translator does); output pieces are decoded with SentencePiece.
+Decoding options as ours: beam 4, `length_penalty=0.6` (CT2 divides by ((5 + |Y|) / 6)^α
+with |Y| counting the EOS, as tfxformer.decoding.length_penalty does), <pad> and <s> never
+generated (`suppress_sequences`), sentences sorted by length in batches of 64, each batch's
+`max_decoding_length` = min(max_output_tokens, longest source + extra_length) (ours is per
+sentence; equal while no output runs past its own source + 50).
+
+Timing: per system and set, one untimed warm-up call on the first 64 sentences, then
+--repeats calls on the whole set; sentences/s and target tokens/s (SentencePiece pieces of
+the output text, EOS not counted, the same count for every system) over the median call;
+cased sacreBLEU (13a).
+Threads: every worker is pinned to --cpus (default: all); CT2 intra_threads = --threads
+(default: the number of those cores), inter_threads 1; TensorFlow its default (it sizes its
+pools from the same affinity mask). On a machine where another job holds a core, pin both
+sides to the free ones: CT2 with more threads than free cores stalls (64 sentences, core 0
+busy with a training: 37.5 s and 50.6 s with 2 threads vs 0.18 s with 1;
+bench/results/translate_real.log, bench/README.md).
+
+Environments: the TF part runs in the project venv (PYTHONPATH = repo root), the CT2 part
+in its own venv, no TensorFlow:
+  python3.11 -m venv /tmp/venv/ct2
+  /tmp/venv/ct2/bin/pip install ctranslate2 sentencepiece numpy sacrebleu
+Run (from the repo root, with the project's python):
+  PYTHONPATH=$PWD python bench/translate_real.py [--limit N] [--sets ...] [--systems ...] \
+      [--ct2-python /tmp/venv/ct2/bin/python]
+Prints one JSON line per system and set: {"system", "set", "sentences_per_second",
+"target_tokens_per_second", "bleu", "peak_rss_mib"}; details go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, "..", "shared", "data")
+EXPORT_DIR = os.path.join(REPO, "saved_models", "multi30k_en_de")
+SYSTEMS = ("tfxformer-fp32", "tfxformer-best", "ct2-float32", "ct2-int8")
+SETS = {"test_2016_flickr": ("multi30k", "test_2016_flickr"),
+        "newstest2014": ("wmt14", "newstest2014")}
+BEAM, ALPHA, BATCH = 4, 0.6, 64
+WARMUP = 64
+AGREEMENT_BLEU = 0.3
+
+
+def sinusoid_table(positions: int, d_model: int) -> np.ndarray:
+    """(positions, d_model) float32 table, sine and cosine interleaved as §3.5 writes it:
+    PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+    angles = (np.arange(positions, dtype=np.float32)[:, None]
+              / np.power(np.float32(10000.0),
+                         np.arange(0, d_model, 2, dtype=np.float32) / np.float32(d_model)))
+    return np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(positions, d_model)
+
+
+def latest_version(export_dir: str) -> str:
+    versions = [int(v) for v in os.listdir(export_dir) if v.isdigit()]
+    if not versions:
+        raise FileNotFoundError(f"No numbered SavedModel version in {export_dir!r}.")
+    return os.path.join(export_dir, str(max(versions)))
+
+
+def export_npz(model_dir: str, path: str) -> None:
+    """The SavedModel's variables (key: Keras path, no ":0") and its config.json (key
+    "config.json") into one .npz. Needs TensorFlow (and tensorflow-text for its ops)."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the SavedModel's SentencePiece ops)
+
+    loaded = tf.saved_model.load(model_dir)
+    arrays = {v.name.rsplit(":", 1)[0]: v.numpy() for v in loaded.model_variables}
+    with open(os.path.join(model_dir, "assets", "config.json")) as f:
+        arrays["config.json"] = np.array(f.read())
+    np.savez(path, **arrays)
+
+
+def set_ct2_layer(spec_layer, weights, prefix, norm_name, kind):
+    """One encoder/decoder layer of the CT2 spec from the npz weights under `prefix`."""
+    def dense(lin, *names):  # our kernels are (in, out); CT2 wants (out, in)
+        lin.weight = np.concatenate([weights[f"{prefix}/{n}_kernel"].T for n in names], 0)
+        lin.bias = np.concatenate([weights[f"{prefix}/{n}_bias"] for n in names], 0)
+
+    def norm(ln, block):
+        ln.gamma = weights[f"{prefix}/{block}/norm/gamma"]
+        ln.beta = weights[f"{prefix}/{block}/norm/beta"]
+
+    att = spec_layer.self_attention
+    dense(att.linear[0], "self_attention/query", "self_attention/key", "self_attention/value")
+    dense(att.linear[1], "self_attention/output")
+    norm(att.layer_norm, norm_name)
+    if kind == "decoder":
+        cross = spec_layer.attention
+        dense(cross.linear[0], "cross_attention/query")
+        dense(cross.linear[1], "cross_attention/key", "cross_attention/value")
+        dense(cross.linear[2], "cross_attention/output")
+        norm(cross.layer_norm, "cross_attention_block")
+    ffn = spec_layer.ffn
+    ffn.linear_0.weight = weights[f"{prefix}/feed_forward/inner/kernel"].T
+    ffn.linear_0.bias = weights[f"{prefix}/feed_forward/inner/bias"]
+    ffn.linear_1.weight = weights[f"{prefix}/feed_forward/outer/kernel"].T
+    ffn.linear_1.bias = weights[f"{prefix}/feed_forward/outer/bias"]
+    norm(ffn.layer_norm, "feed_forward_block")
+
+
+def build_ct2(npz_path: str, spm_path: str, out_dir: str) -> None:
+    """Converts the npz of `export_npz` to a CTranslate2 model directory (CT2 venv)."""
+    import ctranslate2
+    import sentencepiece
+    from ctranslate2.specs import transformer_spec
+
+    weights = dict(np.load(npz_path))
+    model = json.loads(str(weights.pop("config.json")))["model"]
+    if model.get("norm_first") or model.get("position_embedding", "sinusoidal") != "sinusoidal":
+        raise ValueError(f"Only post-norm sinusoidal models convert, got {model}.")
+    layers, d_model = model["num_layers"], model["d_model"]
+    spec = transformer_spec.TransformerSpec.from_config(
+        layers, model["num_heads"], pre_norm=False, no_final_norm=True,
+        activation=ctranslate2.specs.Activation.RELU)
+    spec.config.layer_norm_epsilon = float(model["layer_norm_epsilon"])
+    embeddings = weights["transformer/shared_embedding/embeddings"]
+    table = sinusoid_table(int(model.get("max_length", 1024)), d_model)
+    spec.encoder.embeddings[0].weight = embeddings
+    spec.decoder.embeddings.weight = embeddings
+    spec.decoder.projection.weight = embeddings
+    spec.decoder.projection.bias = np.zeros(embeddings.shape[0], np.float32)
+    spec.encoder.position_encodings.encodings = table
+    spec.decoder.position_encodings.encodings = table
+    for i in range(layers):
+        set_ct2_layer(spec.encoder.layer[i], weights, f"transformer/encoder/layer_{i}",
+                   "attention_block", "encoder")
+        set_ct2_layer(spec.decoder.layer[i], weights, f"transformer/decoder/layer_{i}",
+                   "self_attention_block", "decoder")
+    sp = sentencepiece.SentencePieceProcessor(model_file=spm_path)
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    if pieces[:4] != ["<pad>", "<unk>", "<s>", "</s>"] or len(pieces) != embeddings.shape[0]:
+        raise ValueError(f"Unexpected vocabulary: {pieces[:4]}, {len(pieces)} pieces for "
+                         f"{embeddings.shape[0]} embeddings.")
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+
+    class NumpyConverter(ctranslate2.converters.Converter):
+        def _load(self):
+            return spec
+
+    NumpyConverter().convert(out_dir, force=True)
+
+
+def read_set(name: str, limit: int | None):
+    folder, stem = SETS[name]
+    with open(os.path.join(DATA, folder, f"{stem}.en")) as f:
+        sources = [line.rstrip("\n") for line in f][:limit]
+    with open(os.path.join(DATA, folder, f"{stem}.de")) as f:
+        references = [line.rstrip("\n") for line in f][: len(sources)]
+    return sources, references
+
+
+def _timed(fn, repeats):
+    """(median seconds of `repeats` calls, every call's seconds, the last call's result)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2], [round(t, 2) for t in times], result
+
+
+def _report(args, hypotheses, references, seconds, sp, extra):
+    import sacrebleu
+
+    tokens = sum(len(sp.encode(h)) for h in hypotheses)
+    row = {"system": args.system, "set": args.set,
+           "sentences_per_second": round(len(hypotheses) / seconds, 2),
+           "target_tokens_per_second": round(tokens / seconds, 1),
+           "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
+           "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    detail = {"sentences": len(hypotheses), "target_tokens": tokens, "seconds": round(seconds, 2),
+              "loadavg_1min_at_end": round(os.getloadavg()[0], 2), **extra}
+    if args.hypotheses:
+        with open(args.hypotheses, "w") as f:
+            f.write("\n".join(hypotheses) + "\n")
+    print(json.dumps({"result": row, "detail": detail}), flush=True)
+
+
+def tf_worker(args):
+    """Translates one set through `serving_default` of args.model."""
+    import sentencepiece
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    sources, references = read_set(args.set, args.limit)
+    fn = tf.saved_model.load(args.model).signatures["serving_default"]
+    fn(text=tf.constant(sources[:WARMUP]))
+
+    def call():
+        out = fn(text=tf.constant(sources))
+        return [t.decode("utf-8") for t in out["translation"].numpy()], out
+
+    seconds, times, (hypotheses, out) = _timed(call, args.repeats)
+    sp = sentencepiece.SentencePieceProcessor(
+        model_file=os.path.join(args.model, "assets", "spm.model"))
+    _report(args, hypotheses, references, seconds, sp,
+            {"model": os.path.relpath(args.model, REPO) if args.model.startswith(REPO)
+             else args.model, "truncated": int(out["truncated"].numpy().sum()),
+             "seconds_all": times})
+
+
+def ct2_worker(args):
+    """Translates one set with the CT2 model of args.ct2_dir (CT2 venv)."""
+    import ctranslate2
+    import sentencepiece
+
+    with open(args.limits) as f:
+        limits = json.load(f)
+    sources, references = read_set(args.set, args.limit)
+    sp = sentencepiece.SentencePieceProcessor(model_file=args.spm)
+    translator = ctranslate2.Translator(
+        args.ct2_dir, device="cpu", compute_type=args.system.split("-", 1)[1],
+        inter_threads=1, intra_threads=args.threads)
+
+    def translate(lines):
+        tokens = [sp.encode(line, out_type=str)[: limits["max_input_tokens"] - 1] + ["</s>"]
+                  for line in lines]
+        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
+        output = [None] * len(tokens)
+        for b in range(0, len(order), BATCH):
+            rows = order[b: b + BATCH]
+            longest = max(len(tokens[i]) for i in rows)
+            results = translator.translate_batch(
+                [tokens[i] for i in rows], beam_size=BEAM, length_penalty=ALPHA,
+                max_batch_size=0, max_input_length=0, suppress_sequences=[["<pad>"], ["<s>"]],
+                max_decoding_length=min(limits["max_output_tokens"],
+                                        longest + limits["extra_length"]))
+            for i, r in zip(rows, results, strict=True):
+                output[i] = sp.decode_pieces(r.hypotheses[0])
+        return output
+
+    translate(sources[:WARMUP])
+    seconds, times, hypotheses = _timed(lambda: translate(sources), args.repeats)
+    _report(args, hypotheses, references, seconds, sp,
+            {"ct2_version": ctranslate2.__version__, "seconds_all": times,
+             "compute_type_resolved": translator.compute_type, "intra_threads": args.threads,
+             "cpu_isa_env": os.environ.get("CT2_FORCE_CPU_ISA", "(auto)")})
+
+
+def log(message):
+    print(f"[translate_real {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _run(cmd, env=None):
+    log(" ".join(cmd))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{cmd[:4]} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def prepare(args, tmp):
+    """npz, CT2 model dir and bf16 export, each made in its own process; -> paths."""
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    paths = {"fp32": args.model, "spm": os.path.join(args.model, "assets", "spm.model"),
+             "ct2": os.path.join(tmp, "ct2"), "limits": os.path.join(tmp, "limits.json")}
+    with open(os.path.join(args.model, "assets", "config.json")) as f:
+        decoding = json.load(f)["decoding"]
+    limits = {k: decoding[k] for k in ("max_input_tokens", "max_output_tokens", "extra_length")}
+    with open(paths["limits"], "w") as f:
+        json.dump(limits, f)
+    if any(s.startswith("ct2") for s in args.systems):
+        npz = os.path.join(tmp, "weights.npz")
+        _run([args.tf_python, __file__, "--role", "npz", "--model", args.model, "--out", npz],
+             env)
+        _run([args.ct2_python, __file__, "--role", "ct2-build", "--npz", npz,
+              "--spm", paths["spm"], "--out", paths["ct2"]])
+    if "tfxformer-best" in args.systems:
+        out = _run([args.tf_python, os.path.join(REPO, "scripts", "export.py"), "--model",
+                    args.model, "--export-dir", os.path.join(tmp, "best"), "--precision",
+                    args.best_precision, "--max-input-tokens", str(limits["max_input_tokens"]),
+                    "--max-output-tokens", str(limits["max_output_tokens"]),
+                    "--max-extra-length", str(limits["extra_length"])], env)
+        paths["best"] = out.strip().splitlines()[-1]
+    log(f"limits {limits}")
+    return paths, env
+
+
+def drive(args):
+    """Runs every (set, system) in its own process; prints the result lines."""
+    log(f"uptime before: {_uptime()}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tfx_translate_real_") as tmp:
+        paths, env = prepare(args, tmp)
+        if args.hypotheses_dir:
+            os.makedirs(args.hypotheses_dir, exist_ok=True)
+        for name in args.sets:
+            for system in args.systems:
+                hyp = os.path.join(args.hypotheses_dir or tmp, f"{system}.{name}.txt")
+                common = ["--role", "worker", "--system", system, "--set", name,
+                          "--hypotheses", hyp, "--repeats", str(args.repeats)]
+                common += ["--limit", str(args.limit)] if args.limit else []
+                common += ["--cpus", args.cpus] if args.cpus else []
+                if system.startswith("ct2"):
+                    cmd = [args.ct2_python, __file__, *common, "--ct2-dir", paths["ct2"],
+                           "--spm", paths["spm"], "--limits", paths["limits"],
+                           "--threads", str(args.threads)]
+                else:
+                    model = paths["fp32" if system == "tfxformer-fp32" else "best"]
+                    cmd = [args.tf_python, __file__, *common, "--model", model]
+                out = json.loads(_run(cmd, env).strip().splitlines()[-1])
+                log(f"detail {system} {name}: {json.dumps(out['detail'])}")
+                print(json.dumps(out["result"]), flush=True)
+                rows.append(out["result"])
+    log(f"uptime after: {_uptime()}")
+    check_agreement(rows)
+
+
+def check_agreement(rows):
+    """fp32 tfxformer and fp32 CT2 agree within AGREEMENT_BLEU on test_2016 (else exit 1)."""
+    bleu = {r["system"]: r["bleu"] for r in rows if r["set"] == "test_2016_flickr"}
+    if "tfxformer-fp32" in bleu and "ct2-float32" in bleu:
+        gap = abs(bleu["tfxformer-fp32"] - bleu["ct2-float32"])
+        log(f"test_2016 BLEU gap tfxformer-fp32 vs ct2-float32: {gap:.2f} "
+            f"(allowed {AGREEMENT_BLEU})")
+        if gap > AGREEMENT_BLEU:
+            raise SystemExit(f"The conversion is not faithful: BLEU {bleu}.")
+
+
+def _uptime():
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--role", default="drive",
+                    choices=["drive", "worker", "npz", "ct2-build"], help=argparse.SUPPRESS)
+    ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    ap.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
+    ap.add_argument("--limit", type=int, help="first N sentences of each set (default: all)")
+    ap.add_argument("--model", help="translator SavedModel version dir (default: the highest "
+                    "version of saved_models/multi30k_en_de)")
+    ap.add_argument("--cpus", help="CPU list every worker is pinned to, e.g. 1 or 0-3 "
+                    "(default: all this process may use)")
+    ap.add_argument("--threads", type=int,
+                    help="CT2 intra_threads (default: the number of --cpus)")
+    ap.add_argument("--tf-python", default=sys.executable,
+                    help="python with TensorFlow and tfxformer (default: this one)")
+    ap.add_argument("--ct2-python", default="/tmp/venv/ct2/bin/python",
+                    help="python of the CTranslate2 venv (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed calls per system and set; the median counts (default: 3)")
+    ap.add_argument("--best-precision", choices=["fp32", "bf16"], default="fp32",
+                    help="--precision of the run-time re-export behind tfxformer-best "
+                         "(default: %(default)s)")
+    ap.add_argument("--hypotheses-dir", help="keep each system's translations here")
+    for hidden in ("--system", "--set", "--hypotheses", "--ct2-dir", "--spm", "--limits",
+                   "--npz", "--out"):
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        ap.error(f"--limit must be >= 1, got {args.limit}.")
+    if args.cpus:
+        args.cpu_set = sorted({c for part in args.cpus.split(",") for c in (
+            range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1))})
+    else:
+        args.cpu_set = sorted(os.sched_getaffinity(0))
+    args.threads = args.threads or len(args.cpu_set)
+    args.model = os.path.abspath(args.model) if args.model else latest_version(EXPORT_DIR)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.role == "npz":
+        export_npz(args.model, args.out)
+    elif args.role == "ct2-build":
+        build_ct2(args.npz, args.spm, args.out)
+    elif args.role == "worker":
+        os.sched_setaffinity(0, args.cpu_set)  # before TF / CT2 size their thread pools
+        (ct2_worker if args.system.startswith("ct2") else tf_worker)(args)
+    else:
+        drive(args)
+
+
+if __name__ == "__main__":
+    main()
