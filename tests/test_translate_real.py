@@ -53,7 +53,9 @@ def _spec_layer(decoder):
 def test_every_weight_maps_to_the_ct2_spec(tiny_config):
     from tfxformer import Transformer
 
-    model = Transformer(**tiny_config)
+    # Keras paths start with the model's name; an unnamed one becomes "transformer_<n>"
+    # once other tests have made models, so name it as the SavedModel's model is named.
+    model = Transformer(**tiny_config, name="transformer")
     model.build()
     weights = _Seen({w.path: w.numpy() for w in model.weights})
     d, layers = tiny_config["d_model"], tiny_config["num_layers"]
