@@ -25,12 +25,8 @@ import tempfile
 import tensorflow as tf
 
 from tfxformer.decoding import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_EXTRA_LENGTH
-from tfxformer.serving.loading import (
-    CONFIG_FILENAME,
-    SPM_FILENAME,
-    load_run_dir,
-    saved_model_versions,
-)
+from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, load_model
+from tfxformer.serving.loading import saved_model_versions
 from tfxformer.serving.translator import DEFAULT_MAX_BATCH_SIZE, Translator
 from tfxformer.serving.warmup import (
     warmup_requests,
@@ -151,11 +147,11 @@ def export_run_dir(model_dir, export_dir, beam_size=DEFAULT_BEAM_SIZE, alpha=DEF
                    extra_length=DEFAULT_EXTRA_LENGTH, max_batch_size=DEFAULT_MAX_BATCH_SIZE,
                    checkpoint=None, version=None, precision="fp32", max_input_tokens=None,
                    max_output_tokens=None, num_batch_threads=None):
-    """Loads a trained run dir (:func:`load_run_dir`) and exports its translator
+    """Loads a trained run dir (:func:`tfxformer.rundir.load_model`) and exports its translator
     (`precision` "bf16": computes in bfloat16, float32 weights). The input and output
     limits default to the run's training `max_length` (:func:`trained_length`), else
     256 tokens each; both are capped by the model's positions."""
-    model, config, spm_bytes = load_run_dir(model_dir, checkpoint, precision=precision)
+    model, config, spm_bytes = load_model(model_dir, checkpoint, precision=precision)
     translator = make_translator(model, config, spm_bytes, beam_size, alpha, extra_length,
                                  max_batch_size, max_input_tokens, max_output_tokens)
     return export_translator(translator, export_dir, config=config, version=version,

@@ -17,14 +17,14 @@ import tensorflow as tf
 
 from tfxformer import rundir
 from tfxformer.decoding import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_EXTRA_LENGTH
-from tfxformer.rundir import (  # noqa: F401 (the names export.py and older callers use)
+from tfxformer.rundir import (  # noqa: F401 (older public names, kept for users)
     CONFIG_FILENAME,
     SPM_FILENAME,
     find_checkpoint,
     untracked_weights,
 )
-from tfxformer.rundir import load_model as load_run_dir  # noqa: F401 (its older name)
-from tfxformer.rundir import read_config as read_run_config  # noqa: F401 (its older name)
+from tfxformer.rundir import load_model as load_run_dir  # noqa: F401 (older public name, kept for users)
+from tfxformer.rundir import read_config as read_run_config  # noqa: F401 (older public name, kept for users)
 from tfxformer.serving.batching import translate_in_length_order
 from tfxformer.serving.translator import Translator
 
