@@ -37,6 +37,15 @@ Cases:
                (a) tfxformer's label_smoothed_nll (log_softmax, tf.gather with batch_dims,
                whose gradient is an UnsortedSegmentSum into a dense (B, T, V) tensor);
                (b) sparse_softmax_cross_entropy_with_logits + (logsumexp - mean) smoothing.
+  int8_gemm    reduced-precision GEMMs of beam decoding with ops stock TensorFlow (and so TF
+               Serving) ships, activations (N, D) x weights (D, M) for the shapes of the
+               shipped Multi30k model (D 128: logits M = 8000, FFN M = 256) and of base
+               (D 512: logits M = 32000, FFN M = 2048): (a) fp32 tf.matmul; (b) bf16
+               tf.matmul; (c) int8 x int8 -> int32 tf.matmul (what Keras int8 Dense runs),
+               with the per-call activation quantization and the dequantize; (d)
+               QuantizedMatMul quint8 x quint8 -> qint32 (the gemmlowp kernel; the only
+               QuantizedMatMul type pair registered on CPU) with quantize/dequantize.
+               Weights are quantized once, outside the timed call.
   vocab_topk   beam candidates from the (256, V) logits: (a) log-softmax over V, PAD/BOS
                select, + hypothesis scores, top-2K over beam*V (tfxformer); (b) top-(2K+2)
                of the raw logits per hypothesis, normalized by logsumexp afterwards.
@@ -55,7 +64,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", default="logits,projection,decode_logits,cache_write,"
                                        "beam_reorder,cross_attention,vocab_topk,embedding_grad,"
-                                       "loss")
+                                       "loss,int8_gemm")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--cache-length", type=int, default=32)
     ap.add_argument("--small", action="store_true", help="small shapes (smoke test)")
@@ -334,6 +343,61 @@ def case_loss(sz, repeats):
     return compare("label-smoothed loss fwd+bwd", {"a_log_softmax_gather": lambda: sync(fa()),
                    "b_fused_sparse_ce": lambda: sync(fb())}, repeats)
 
+
+def gemm_variants(x, w):
+    """{label: tf.function} computing x @ w at fp32, bf16, int8 and with QuantizedMatMul
+    (weights quantized here, once; activations in each call)."""
+    import tensorflow as tf
+
+    w_bf16 = tf.cast(w, tf.bfloat16)
+    w_scale = tf.reduce_max(tf.abs(w), axis=0) / 127.0  # per output column
+    w_int8 = tf.cast(tf.round(w / w_scale), tf.int8)
+    qw = tf.quantization.quantize(w, tf.reduce_min(w), tf.reduce_max(w), tf.quint8,
+                                  mode="MIN_FIRST")
+
+    def fp32():
+        return tf.matmul(x, w)
+
+    def bf16():
+        return tf.cast(tf.matmul(tf.cast(x, tf.bfloat16), w_bf16), tf.float32)
+
+    def int8():
+        x_scale = tf.reduce_max(tf.abs(x), axis=1, keepdims=True) / 127.0
+        xq = tf.cast(tf.round(x / x_scale), tf.int8)
+        acc = tf.matmul(xq, w_int8, output_type=tf.int32)
+        return tf.cast(acc, tf.float32) * x_scale * w_scale
+
+    def quantized_matmul():
+        qx = tf.quantization.quantize(x, tf.reduce_min(x), tf.reduce_max(x), tf.quint8,
+                                      mode="MIN_FIRST")
+        acc, lo, hi = tf.raw_ops.QuantizedMatMul(
+            a=qx.output, b=qw.output, min_a=qx.output_min, max_a=qx.output_max,
+            min_b=qw.output_min, max_b=qw.output_max, Toutput=tf.qint32)
+        return tf.quantization.dequantize(acc, lo, hi, mode="MIN_FIRST")
+
+    return {name: tf.function(fn, autograph=False) for name, fn in (
+        ("a_fp32", fp32), ("b_bf16", bf16), ("c_int8_matmul", int8),
+        ("d_quantized_matmul", quantized_matmul))}
+
+
+def case_int8_gemm(sz, repeats):
+    import tensorflow as tf
+
+    n = sz["N"]
+    shapes = [(128, 8000), (128, 256), (512, 32000), (512, 2048)]
+    if sz["D"] < 128:
+        shapes = [(sz["D"], sz["V"]), (sz["D"], 4 * sz["D"])]
+    out = {}
+    for d, m in shapes:
+        variants = gemm_variants(tf.random.normal((n, d)), tf.random.normal((d, m)) * 0.05)
+        ref = variants["a_fp32"]()
+        for name, fn in list(variants.items())[1:]:
+            err = float(tf.reduce_max(tf.abs(fn() - ref)) / tf.reduce_max(tf.abs(ref)))
+            bl.log(f"  {n}x{d} @ {d}x{m} {name}: max |error| / max |fp32| = {err:.3f}")
+        out[f"{n}x{d}x{m}"] = compare(
+            f"GEMM {n}x{d} @ {d}x{m}",
+            {name: (lambda fn=fn: sync(fn())) for name, fn in variants.items()}, repeats)
+    return out
 
 def main(argv=None):
     args = parse_args(argv)
