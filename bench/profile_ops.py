@@ -13,6 +13,14 @@ time here (--inter-op 1), so op durations do not overlap and sum to about the wa
   python bench/profile_ops.py --what train --steps 2
   python bench/profile_ops.py --what beam --steps 2
   python bench/profile_ops.py --what train --preset tiny --vocab-size 1000   # smoke test
+  python bench/profile_ops.py --what translate --model saved_models/multi30k_en_de/2 \
+      --text ../shared/data/multi30k/test_2016_flickr.en --batch-size 64 --steps 3
+
+`--what translate` profiles a SavedModel translator (strings in, strings out: the
+`serving_default` signature) on the first --batch-size lines of --text: real sentences
+that end at different steps, as served. Besides the tables it reports the op runs per
+call and the median op duration, which say whether per-op overhead or arithmetic
+dominates (a tiny model runs thousands of microsecond ops per call).
 
 The last line printed is one JSON object (the tables, top entries only).
 """
@@ -36,7 +44,11 @@ CONTAINERS = {"StatefulPartitionedCall", "PartitionedCall", "While", "StatelessW
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--what", choices=["train", "beam", "greedy"], default="train")
+    ap.add_argument("--what", choices=["train", "beam", "greedy", "translate"], default="train")
+    ap.add_argument("--model", default=None,
+                    help="--what translate: a SavedModel version dir or a dir of versions")
+    ap.add_argument("--text", default=None,
+                    help="--what translate: source sentences, one per line")
     ap.add_argument("--preset", default="base")
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--batch-size", type=int, default=None, help="128 train / 64 decode")
@@ -70,6 +82,8 @@ def workload(args):
         data = bl.fixed_batches(2, batch, src_len, args.tgt_len, args.vocab_size, seed=2)
         step(*data[0])
         return lambda: step(*data[1]), f"train step B={batch} S={src_len} T={args.tgt_len}"
+    if args.what == "translate":
+        return translate_workload(args)
     import decode_speed
 
     dargs = decode_speed.parse_args([
@@ -84,6 +98,26 @@ def workload(args):
     run()
     beams = "greedy" if args.what == "greedy" else f"beam {args.beam_size}"
     return run, f"{beams} B={batch} S={src_len} steps={args.decode_steps}"
+
+
+def translate_workload(args):
+    """One `serving_default` call of a SavedModel translator on real sentences."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the graph)
+
+    if not args.model or not args.text:
+        raise SystemExit("--what translate needs --model (a SavedModel) and --text (a file).")
+    path = args.model
+    versions = [d for d in os.listdir(path) if d.isdigit()] if os.path.isdir(path) else []
+    if versions and not os.path.exists(os.path.join(path, "saved_model.pb")):
+        path = os.path.join(path, max(versions, key=int))
+    with open(args.text, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f][:args.batch_size or 64]
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    text = tf.constant(lines)
+    run = lambda: signature(text=text)["translation"].numpy()
+    run()
+    return run, f"translate {path} {len(lines)} sentences of {args.text}"
 
 
 def op_events(logdir):
@@ -187,13 +221,18 @@ def main(argv=None):
         by_type[op_type] += seconds
         by_component[component(normalize(name), op_type)] += seconds
         by_name[f"{normalize(name)} ({op_type})"] += seconds
+    durations = sorted(seconds for _, _, seconds in events)
+    median_us = 1e6 * durations[len(durations) // 2] if durations else 0.0
     bl.log(f"{what}: wall {1e3 * wall / args.steps:.0f} ms/step, summed op time "
-           f"{1e3 * total / args.steps:.0f} ms/step over {len(events) // args.steps} op runs")
+           f"{1e3 * total / args.steps:.0f} ms/step over {len(events) // args.steps} op runs "
+           f"(median op {median_us:.1f} us)")
     result = {"bench": "profile", "what": what, "preset": args.preset, "inter_op": args.inter_op,
               "patch": args.patch,
               "precision": args.precision, "steps": args.steps,
               "wall_ms_per_step": round(1e3 * wall / args.steps, 1),
               "op_ms_per_step": round(1e3 * total / args.steps, 1),
+              "op_runs_per_step": len(events) // args.steps,
+              "median_op_us": round(median_us, 1),
               "by_op_type": table(by_type, total, args.steps, args.top, "By op type"),
               "by_component": table(by_component, total, args.steps, 40, "By component"),
               "top_ops": table(by_name, total, args.steps, args.top, "Top ops"),
