@@ -46,6 +46,9 @@ Cases:
                QuantizedMatMul quint8 x quint8 -> qint32 (the gemmlowp kernel; the only
                QuantizedMatMul type pair registered on CPU) with quantize/dequantize.
                Weights are quantized once, outside the timed call.
+  layer_norm   one layer normalization, forward only, at the decoding shapes (N x 1 x D,
+               64 x S x D): (a) keras.layers.LayerNormalization (moments + folded scale);
+               (b) tfxformer.layers.norm.LayerNorm (centre, mean of squares, rsqrt).
   vocab_topk   beam candidates from the (256, V) logits: (a) log-softmax over V, PAD/BOS
                select, + hypothesis scores, top-2K over beam*V (tfxformer); (b) top-(2K+2)
                of the raw logits per hypothesis, normalized by logsumexp afterwards.
@@ -64,7 +67,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", default="logits,projection,decode_logits,cache_write,"
                                        "beam_reorder,cross_attention,vocab_topk,embedding_grad,"
-                                       "loss,int8_gemm")
+                                       "loss,int8_gemm,layer_norm")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--cache-length", type=int, default=32)
     ap.add_argument("--small", action="store_true", help="small shapes (smoke test)")
@@ -398,6 +401,29 @@ def case_int8_gemm(sz, repeats):
             f"GEMM {n}x{d} @ {d}x{m}",
             {name: (lambda fn=fn: sync(fn())) for name, fn in variants.items()}, repeats)
     return out
+
+def case_layer_norm(sz, repeats):
+    import keras
+    import tensorflow as tf
+
+    from tfxformer.layers.norm import LayerNorm
+
+    out = {}
+    for shape in ((sz["N"], 1, sz["D"]), (64, sz["S"], sz["D"]), (sz["N"], 1, 128)):
+        x = tf.random.normal(shape)
+        variants = {}
+        for label, cls in (("a_keras", keras.layers.LayerNormalization),
+                           ("b_tfxformer", LayerNorm)):
+            layer = cls(epsilon=1e-6)
+            layer.build(shape)
+            # 20 norms in a row per call, so the call overhead does not hide the op cost
+            fn = tf.function(lambda layer=layer, x=x: tf.foldl(
+                lambda a, _, layer=layer: layer(a), tf.range(20), initializer=x),
+                autograph=False)
+            variants[label] = lambda fn=fn: sync(fn())
+        out["x".join(map(str, shape))] = compare(f"20 layer norms {shape}", variants, repeats)
+    return out
+
 
 def main(argv=None):
     args = parse_args(argv)

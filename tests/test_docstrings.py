@@ -9,7 +9,8 @@ import pytest
 MODULES = [
     "tfxformer.layers.attention", "tfxformer.layers.block", "tfxformer.layers.decoder",
     "tfxformer.layers.embedding", "tfxformer.layers.encoder", "tfxformer.layers.feed_forward",
-    "tfxformer.layers.masks", "tfxformer.layers.ops", "tfxformer.layers.position",
+    "tfxformer.layers.masks", "tfxformer.layers.norm", "tfxformer.layers.ops",
+    "tfxformer.layers.position",
     "tfxformer.models.transformer", "tfxformer.config",
 ]
 

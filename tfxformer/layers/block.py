@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tfxformer.layers.attention import MultiHeadAttention
 from tfxformer.layers.feed_forward import PositionwiseFeedForward
+from tfxformer.layers.norm import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="tfxformer")
@@ -31,7 +32,7 @@ class ResidualBlock(keras.layers.Layer):
         self.dropout = float(dropout)
         self.norm_first = bool(norm_first)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.norm = keras.layers.LayerNormalization(
+        self.norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, name="norm", dtype=self.dtype_policy)
         self.residual_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.supports_masking = True  # position-wise: the input's Keras mask is the output's
@@ -173,7 +174,7 @@ class LayerStack(keras.layers.Layer):
                 **settings))
         self.final_norm = None
         if self.layer_0.norm_first:
-            self.final_norm = keras.layers.LayerNormalization(
+            self.final_norm = LayerNorm(
                 epsilon=self.layer_0.layer_norm_epsilon, name="final_norm",
                 dtype=self.dtype_policy)
 

@@ -1,0 +1,49 @@
+"""Layer normalization (§3.1, "LayerNorm(x + Sublayer(x))") with fewer, cheaper ops.
+
+:class:`LayerNorm` is `keras.layers.LayerNormalization` (same variables `gamma` and
+`beta`, same config, so checkpoints and `.keras` files are interchangeable) whose forward
+pass over the last axis is written as mean -> centre -> mean of squares of the centred
+values -> rsqrt, instead of Keras' `moments` (a `SquaredDifference` against the broadcast
+mean) followed by folding gamma into the scale: layer normalization was 12 % of a
+beam-search call of the shipped Multi30k model (`bench/profile_ops.py --what translate`),
+and the two graphs are timed against each other by `bench/microbench.py --cases
+layer_norm` (figures in bench/README.md). The results agree with Keras' to float32
+rounding (tests/test_layer_norm.py). Like Keras, it
+computes in float32 under mixed precision and returns the compute dtype.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="tfxformer")
+class LayerNorm(keras.layers.LayerNormalization):
+    """`keras.layers.LayerNormalization` over the last axis, computed as
+    (x - mean) * rsqrt(mean((x - mean)^2) + epsilon) * gamma + beta.
+
+    Other settings (several axes, `rms_scaling`, no `center`/`scale`) use Keras' own call.
+
+    Example:
+    >>> norm = LayerNorm(epsilon=1e-6)
+    >>> norm(tf.constant([[1.0, 2.0, 3.0]])).shape
+    TensorShape([1, 3])
+    """
+
+    def _fast_path(self, inputs):
+        axis = self.axis if isinstance(self.axis, int) else (
+            self.axis[0] if len(self.axis) == 1 else None)
+        return (axis is not None and axis in (-1, len(inputs.shape) - 1) and self.center
+                and self.scale and not self.rms_scaling)
+
+    def call(self, inputs):
+        if not self._fast_path(inputs):
+            return super().call(inputs)
+        x = tf.cast(inputs, tf.float32) if inputs.dtype != tf.float64 else inputs
+        centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+        variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
+        gamma = tf.cast(self.gamma, x.dtype)
+        beta = tf.cast(self.beta, x.dtype)
+        out = centred * tf.math.rsqrt(variance + self.epsilon) * gamma + beta
+        return tf.cast(out, self.compute_dtype)
