@@ -411,3 +411,25 @@ def test_export_script_shortlist_errors(run_dir_with_data, tmp_path, capsys, fla
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "x" / "1")
+
+
+# --- bench/decode_speed.py's stand-in --------------------------------------------------
+
+def test_bench_best_is_an_alias_and_its_stand_in_table_gives_l_ids():
+    import importlib
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    try:
+        bench = importlib.import_module("decode_speed")
+    finally:
+        sys.path.pop(0)
+    best = bench.parse_args(["--best"])
+    explicit = bench.parse_args([f"--{k.replace('_', '-')}={v}" for k, v in bench.BEST.items()])
+    assert (best.precision, best.shortlist_size) == (explicit.precision,
+                                                     explicit.shortlist_size)
+    args = bench.parse_args(["--vocab-size", "1000", "--shortlist-size", "300"])
+    source = bench.source_ids(64, 24, 1000)
+    ids = shortlist_ids(source, bench.stand_in_table(args))
+    assert ids.shape == (300,) and ids.numpy()[:4].tolist() == [0, 1, 2, 3]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--vocab-size", "1000", "--shortlist-size", "3"])
