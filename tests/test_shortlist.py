@@ -156,6 +156,18 @@ def test_a_shortlist_of_the_whole_vocabulary_changes_nothing(model, static_cache
             np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+def test_a_whole_vocabulary_shortlist_changes_nothing_in_bfloat16():
+    tf.random.set_seed(7)
+    from tfxformer.config import get_preset
+
+    model = Transformer(**get_preset("tiny", vocab_size=VOCAB), dtype="mixed_bfloat16")
+    assert model.compute_dtype == "bfloat16"
+    full = beam_search(model, SOURCE, beam_size=2, extra_length=4)
+    listed = beam_search(model, SOURCE, beam_size=2, extra_length=4, shortlist=range(VOCAB))
+    for a, b in zip(full, listed, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def _masked_start(model, source, beams, allowed):
     """The full-vocabulary step function with every logit outside `allowed` at NEG_INF."""
     start = transformer_decoder(model, source, beams, extra_length=6)

@@ -135,8 +135,9 @@ def build_shortlist_table(pairs, vocab_size, per_source=DEFAULT_PER_SOURCE,
     conditional probability ranks the target tokens that occur in nearly every sentence
     ("."; "Ein", "der", "einem") first for every source token, so they would take most of
     each source token's K slots, while the `frequent` list already holds them; Dice
-    divides by c(t) too, so it ranks what goes *with s* (its translations: "dog" ->
-    "Hund", "▁Hund") first. Special ids (< 4) are not counted; their rows stay PAD.
+    divides by c(t) too, so it ranks what goes *with s* first (its translation: in the
+    shipped model's table "▁dog" -> "▁Hund", "▁brauner", "▁schwarzer", "▁rennt", ...).
+    Special ids (< 4) are not counted; their rows stay PAD.
 
     Args:
         pairs: iterable of (source ids, target ids), each side a 1-D sequence of ints
