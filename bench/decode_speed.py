@@ -12,7 +12,21 @@ EOS never ends a hypothesis (`eos_id=None`: EOS is an ordinary token) and
 `max_output_length = extra_length = --decode-steps`, so every sentence runs to exactly that
 limit through the public API. The script checks that every output has --decode-steps tokens.
 
+--shortlist-size L decodes over a vocabulary shortlist of L ids (`beam_search(...,
+shortlist=shortlist_ids(source, table))`, tfxformer.decoding.shortlist): logits, softmax
+and top-k over L tokens instead of V. A table built from random data would mean nothing
+(random ids share no translations), so the bench uses a stand-in of the same cost: every
+source id's K = 50 table entries are drawn (seed 0) from one pool of L - 4 ids, so every
+batch's shortlist is that pool plus the 4 special ids, and the per-batch union
+(`shortlist_ids`, inside the timed call) is real. What L a real table gives comes from
+real text (README, "Vocabulary shortlist": L per batch of 64 for the shipped model).
+
+--best runs the best mode, an alias of explicit flags (BEST below, printed in the JSON):
+--precision bf16 --shortlist-size BEST_SHORTLIST_SIZE. Whatever the sitting of
+bench/README.md measures fastest is what BEST should hold; change it there and here.
+
   python bench/decode_speed.py                      # beam 4, fp32
+  python bench/decode_speed.py --best               # = --precision bf16 --shortlist-size 4547
   python bench/decode_speed.py --greedy --xla
   python bench/decode_speed.py --per-step           # time per step vs step index
   python bench/decode_speed.py --lengths 16,32,64,128,256,512 --batch-size 8
@@ -32,6 +46,15 @@ import flops
 import patches
 
 ALPHA = 0.6
+SHORTLIST_PER_SOURCE = 50
+# The mean shortlist length per batch of 64 newstest2014 sentences (news, as this
+# workload imitates) with the shipped model's table at K, N = 20, 1000 (its vocabulary:
+# 8000; README.md "Vocabulary shortlist", bench/shortlist_grid.py). A stand-in: no 32k
+# vocabulary table can be built here (no WMT14 training data on this machine), and with
+# 8000 ids L saturates near the 5,305 ids that the table and frequent list hold at all,
+# so a 32k vocabulary's real L is likely larger.
+BEST_SHORTLIST_SIZE = 4547
+BEST = {"precision": "bf16", "shortlist_size": BEST_SHORTLIST_SIZE}
 
 
 def parse_args(argv=None):
@@ -58,7 +81,22 @@ def parse_args(argv=None):
     ap.add_argument("--patch", default=None,
                     help="apply bench/patches.py patches to tfxformer first (comma-separated, "
                          f"{', '.join(sorted(patches.PATCHES))}); measures a proposed fix")
-    return ap.parse_args(argv)
+    ap.add_argument("--shortlist-size", type=int, default=None, metavar="L",
+                    help="decode over a vocabulary shortlist of L ids (4 <= L <= vocab), a "
+                         "stand-in table of the same cost (see the module docstring) "
+                         "(default: the full vocabulary)")
+    ap.add_argument("--best", action="store_true",
+                    help="the best mode: an alias of " + " ".join(
+                        f"--{k.replace('_', '-')} {v}" for k, v in BEST.items())
+                    + " (overrides those flags)")
+    args = ap.parse_args(argv)
+    if args.best:
+        for name, value in BEST.items():
+            setattr(args, name, value)
+    if args.shortlist_size is not None and not 4 <= args.shortlist_size <= args.vocab_size:
+        ap.error(f"--shortlist-size must be in [4, --vocab-size {args.vocab_size}], got "
+                 f"{args.shortlist_size}.")
+    return args
 
 
 def build(args):
@@ -81,47 +119,68 @@ def source_ids(batch, src_len, vocab):
     return tf.constant(rng.integers(3, vocab, size=(batch, src_len)), tf.int32)
 
 
-def make_decode_fn(model, args, steps):
-    """tf.function(source ids -> (ids, lengths)): the public decoders, EOS disabled."""
+def stand_in_table(args):
+    """(V, K) table whose entries all come from one pool of L - 4 ids (seed 0), or None:
+    every batch's shortlist is then the pool and the special ids, L ids."""
+    import numpy as np
+
+    if args.shortlist_size is None:
+        return None
+    rng = np.random.default_rng(0)
+    pool = rng.choice(np.arange(4, args.vocab_size), args.shortlist_size - 4, replace=False)
+    if pool.size == 0:
+        return np.zeros([args.vocab_size, 1], np.int32)
+    return rng.choice(pool, [args.vocab_size, SHORTLIST_PER_SOURCE]).astype(np.int32)
+
+
+def make_decode_fn(model, args, steps, table=None):
+    """tf.function(source ids -> (ids, lengths, shortlist length)): the public decoders,
+    EOS disabled, over the batch's shortlist of `table` if given."""
     import tensorflow as tf
 
-    from tfxformer.decoding import beam_search, greedy_decode
+    from tfxformer.decoding import beam_search, greedy_decode, shortlist_ids
 
     static = args.xla or args.static_cache
 
     def run(src):
+        shortlist = None if table is None else shortlist_ids(src, table)
         if args.greedy:
             out = greedy_decode(model, src, extra_length=steps, max_output_length=steps,
-                                static_cache=static, eos_id=None)
+                                static_cache=static, eos_id=None, shortlist=shortlist)
         else:
             out = beam_search(model, src, beam_size=args.beam_size, alpha=ALPHA,
                               extra_length=steps, max_output_length=steps, static_cache=static,
-                              eos_id=None)
-        return out.ids, out.lengths
+                              eos_id=None, shortlist=shortlist)
+        size = tf.shape(shortlist)[0] if table is not None else tf.constant(-1)
+        return out.ids, out.lengths, size
 
     return tf.function(run, jit_compile=args.xla)
 
 
 def time_calls(fn, src, repeats, steps):
-    """First-call seconds, then `repeats` timed calls; checks every output length."""
-    first, (ids, lengths) = bl.timed(lambda: [t.numpy() for t in fn(src)])
+    """First-call seconds, then `repeats` timed calls; checks every output length.
+    Returns (first, times, ids shape, shortlist length or None)."""
+    first, (ids, lengths, size) = bl.timed(lambda: [t.numpy() for t in fn(src)])
     if not (lengths == steps).all():
         raise RuntimeError(f"expected {steps} tokens per output, got lengths "
                            f"{sorted(set(lengths.ravel().tolist()))}")
     times = [bl.timed(lambda: [t.numpy() for t in fn(src)])[0] for _ in range(repeats)]
-    return first, times, ids.shape
+    return first, times, ids.shape, (None if size < 0 else int(size))
 
 
 def run_calls(args, model, config, batch, src_len, steps):
     src = source_ids(batch, src_len, args.vocab_size)
-    fn = make_decode_fn(model, args, steps)
-    first, times, shape = time_calls(fn, src, args.repeats, steps)
+    fn = make_decode_fn(model, args, steps, stand_in_table(args))
+    first, times, shape, shortlist = time_calls(fn, src, args.repeats, steps)
     beams = 1 if args.greedy else args.beam_size
     med = statistics.median(times)
-    work = flops.decode_flops_cached(batch, src_len, steps, beams,
-                                     **flops.model_flop_kwargs(config))
+    kwargs = flops.model_flop_kwargs(config)
+    if shortlist is not None:  # the output projection runs over the shortlist only
+        kwargs["vocab"] = shortlist
+    work = flops.decode_flops_cached(batch, src_len, steps, beams, **kwargs)
     return {
         "batch_size": batch, "src_len": src_len, "decode_steps": steps, "beams": beams,
+        "shortlist_length": shortlist,
         "out_shape": list(shape), "first_call_s": round(first, 2), "repeats": len(times),
         "call_s": bl.spread(times),
         "sentences_per_second": round(batch / med, 2),
@@ -149,13 +208,15 @@ def per_step(args, model):
     """
     import tensorflow as tf
 
-    from tfxformer.decoding import top_extensions, transformer_decoder
+    from tfxformer.decoding import shortlist_ids, top_extensions, transformer_decoder
 
     batch, k, steps = args.batch_size, (1 if args.greedy else args.beam_size), args.decode_steps
     static = args.static_cache or args.xla
     src = source_ids(batch, args.src_len, args.vocab_size)
+    table = stand_in_table(args)
     start = transformer_decoder(model, src, beams=k, extra_length=steps,
-                                max_output_length=steps, static_cache=static)
+                                max_output_length=steps, static_cache=static,
+                                shortlist=None if table is None else shortlist_ids(src, table))
     cache, scores = start.cache, tf.zeros([batch, k])
 
     @tf.function(jit_compile=args.xla, reduce_retracing=True)
@@ -196,7 +257,8 @@ def main(argv=None):
     head = {"bench": "translate", "system": "tfxformer " + (
                 "greedy_decode" if args.greedy else "beam_search"),
             "preset": args.preset, "vocab_size": args.vocab_size, "patch": args.patch,
-            "precision": args.precision,
+            "precision": args.precision, "best": BEST if args.best else None,
+            "shortlist_size": args.shortlist_size,
             "xla": args.xla, "alpha": None if args.greedy else ALPHA, "eos": "disabled",
             # growing self-attention cache by default; XLA needs the fixed-size one
             "cache": "static" if args.xla or args.static_cache else "growing",

@@ -10,6 +10,11 @@ Systems, each run in its own process (so that `ru_maxrss` is its own peak RSS):
                   bf16 (AVX512-BF16) no faster on test_2016 and slower on newstest2014 for
                   this d_model=128 model; Keras int8 slower than fp32
                   (bench/results/keras_quantize.log). See bench/README.md.
+                  --best-shortlist K,N adds a vocabulary shortlist to it.
+  tfxformer-shortlist  the same variables re-exported at fp32 with a vocabulary shortlist
+                  (`scripts/export.py --shortlist K,N`, --shortlist, default 20,1000; the
+                  table from the model's training data, multi30k train.en/train.de): the
+                  shortlist lever alone, same signature (README, "Vocabulary shortlist").
   ct2-float32,    the same trained weights converted to CTranslate2 with its Python
   ct2-int8        `ctranslate2.specs` API from numpy (as bench/ct2_peer.py does for random
                   weights), loaded with compute_type float32 / int8.
@@ -70,7 +75,9 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "..", "shared", "data")
 EXPORT_DIR = os.path.join(REPO, "saved_models", "multi30k_en_de")
-SYSTEMS = ("tfxformer-fp32", "tfxformer-best", "ct2-float32", "ct2-int8")
+SYSTEMS = ("tfxformer-fp32", "tfxformer-best", "tfxformer-shortlist", "ct2-float32",
+           "ct2-int8")
+DEFAULT_SHORTLIST = "20,1000"  # BLEU 0.07 below the full vocabulary (README)
 SETS = {"test_2016_flickr": ("multi30k", "test_2016_flickr"),
         "newstest2014": ("wmt14", "newstest2014")}
 BEAM, ALPHA, BATCH = 4, 0.6, 64
@@ -303,13 +310,19 @@ def prepare(args, tmp):
              env)
         _run([args.ct2_python, __file__, "--role", "ct2-build", "--npz", npz,
               "--spm", paths["spm"], "--out", paths["ct2"]])
-    if "tfxformer-best" in args.systems:
+    exports = {"tfxformer-best": ("best", args.best_precision, args.best_shortlist),
+               "tfxformer-shortlist": ("shortlist", "fp32", args.shortlist)}
+    for system, (name, precision, shortlist) in exports.items():
+        if system not in args.systems:
+            continue
+        flags = ["--shortlist", shortlist, "--shortlist-data",
+                 os.path.join(DATA, "multi30k")] if shortlist else []
         out = _run([args.tf_python, os.path.join(REPO, "scripts", "export.py"), "--model",
-                    args.model, "--export-dir", os.path.join(tmp, "best"), "--precision",
-                    args.best_precision, "--max-input-tokens", str(limits["max_input_tokens"]),
+                    args.model, "--export-dir", os.path.join(tmp, name), "--precision",
+                    precision, "--max-input-tokens", str(limits["max_input_tokens"]),
                     "--max-output-tokens", str(limits["max_output_tokens"]),
-                    "--max-extra-length", str(limits["extra_length"])], env)
-        paths["best"] = out.strip().splitlines()[-1]
+                    "--max-extra-length", str(limits["extra_length"]), *flags], env)
+        paths[name] = out.strip().splitlines()[-1]
     log(f"limits {limits}")
     return paths, env
 
@@ -334,7 +347,7 @@ def drive(args):
                            "--spm", paths["spm"], "--limits", paths["limits"],
                            "--threads", str(args.threads)]
                 else:
-                    model = paths["fp32" if system == "tfxformer-fp32" else "best"]
+                    model = paths[system.split("-", 1)[1]]
                     cmd = [args.tf_python, __file__, *common, "--model", model]
                 out = json.loads(_run(cmd, env).strip().splitlines()[-1])
                 log(f"detail {system} {name}: {json.dumps(out['detail'])}")
@@ -381,6 +394,12 @@ def parse_args(argv=None):
     ap.add_argument("--best-precision", choices=["fp32", "bf16"], default="fp32",
                     help="--precision of the run-time re-export behind tfxformer-best "
                          "(default: %(default)s)")
+    ap.add_argument("--best-shortlist", metavar="K,N",
+                    help="--shortlist K,N of the re-export behind tfxformer-best (default: "
+                         "none, the full vocabulary)")
+    ap.add_argument("--shortlist", metavar="K,N", default=DEFAULT_SHORTLIST,
+                    help="--shortlist K,N of the re-export behind tfxformer-shortlist "
+                         "(fp32; default: %(default)s)")
     ap.add_argument("--hypotheses-dir", help="keep each system's translations here")
     for hidden in ("--system", "--set", "--hypotheses", "--ct2-dir", "--spm", "--limits",
                    "--npz", "--out"):

@@ -3,6 +3,8 @@
     python scripts/export.py --model runs/base --export-dir saved_models/en_de
     python scripts/export.py --model saved_models/multi30k_en_de/1 \
         --export-dir saved_models/multi30k_en_de          # re-export with today's code
+    python scripts/export.py --model runs/base --export-dir /tmp/en_de \
+        --shortlist 50,500                                # with a vocabulary shortlist
 
 Writes `<export-dir>/<next version>/` (saved_model.pb, variables/, assets/, and
 assets.extra/ with TF Serving warm-up records and an example batching_parameters.txt)
@@ -15,12 +17,7 @@ import argparse
 import sys
 
 from tfxformer.decoding import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_EXTRA_LENGTH
-from tfxformer.serving.export import (
-    export_run_dir,
-    export_translator,
-    load_saved_model_weights,
-    make_translator,
-)
+from tfxformer.serving.export import export_run_dir, export_saved_model
 from tfxformer.serving.loading import resolve_model_dir
 from tfxformer.serving.translator import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -70,7 +67,35 @@ def build_parser():
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="compute type of the exported graph: bf16 is faster on CPUs "
                              "with AVX512-BF16 (weights stay float32) (default: %(default)s)")
+    parser.add_argument("--shortlist", type=shortlist_sizes, metavar="K,N",
+                        help="decode over a vocabulary shortlist: per batch, the K target "
+                             "tokens most associated (Dice coefficient of sentence "
+                             "co-occurrence counts) with each of its source tokens, plus "
+                             "the N most frequent target tokens and the special ids; the "
+                             "table is built from the training data now and saved in the "
+                             "SavedModel, e.g. 50,500 (default: off, the full vocabulary)")
+    parser.add_argument("--shortlist-data", metavar="DATA",
+                        help="training data of the shortlist table: a folder with "
+                             "train.SRC/train.TGT (languages from the model's config) or "
+                             "wmt14 (default: the `train.data` that the run's config.json, "
+                             "or the SavedModel's assets/config.json, names)")
+    parser.add_argument("--shortlist-max-pairs", type=int, metavar="M",
+                        help="build the shortlist table from the first M training pairs "
+                             "only (default: all)")
     return parser
+
+
+def shortlist_sizes(text):
+    """'K,N' -> (K, N): the --shortlist sizes, K >= 1, N >= 0."""
+    try:
+        per_source, frequent = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected K,N (two integers, e.g. 50,500), got {text!r}") from None
+    if per_source < 1 or frequent < 0:
+        raise argparse.ArgumentTypeError(
+            f"K must be >= 1 and N >= 0, got K={per_source}, N={frequent}")
+    return per_source, frequent
 
 
 def export(args):
@@ -79,17 +104,20 @@ def export(args):
                    extra_length=args.max_extra_length, max_batch_size=args.batch_size,
                    max_input_tokens=args.max_input_tokens,
                    max_output_tokens=args.max_output_tokens)
+    if args.shortlist is None and (args.shortlist_data or args.shortlist_max_pairs):
+        raise ValueError("--shortlist-data and --shortlist-max-pairs need --shortlist K,N.")
+    if args.shortlist_max_pairs is not None and args.shortlist_max_pairs < 1:
+        raise ValueError(f"--shortlist-max-pairs must be >= 1, got {args.shortlist_max_pairs}.")
+    options.update(version=args.version, precision=args.precision,
+                   num_batch_threads=args.batch_threads, shortlist=args.shortlist,
+                   shortlist_data=args.shortlist_data,
+                   shortlist_max_pairs=args.shortlist_max_pairs)
     kind, path = resolve_model_dir(args.model)
     if kind == "run_dir":
-        return export_run_dir(path, args.export_dir, checkpoint=args.checkpoint,
-                              version=args.version, precision=args.precision,
-                              num_batch_threads=args.batch_threads, **options)
+        return export_run_dir(path, args.export_dir, checkpoint=args.checkpoint, **options)
     if args.checkpoint:
         raise ValueError(f"--checkpoint applies to a run dir; {args.model!r} is a SavedModel.")
-    model, config, spm_bytes = load_saved_model_weights(path, precision=args.precision)
-    translator = make_translator(model, config, spm_bytes, **options)
-    return export_translator(translator, args.export_dir, config=config, version=args.version,
-                             num_batch_threads=args.batch_threads)
+    return export_saved_model(path, args.export_dir, **options)
 
 
 def main(argv=None):

@@ -2,7 +2,7 @@
 
 The searches (:mod:`greedy`, :mod:`beam_search`) know nothing of the model; this module
 is the one place that calls `encode`, `init_cache` and `decode_step` and reads the
-model's number of positions.
+model's number of positions (and, with a vocabulary shortlist, its embedding rows).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfxformer.decoding.common import DEFAULT_EXTRA_LENGTH, DecodeStart, check_nonnegative_int
+from tfxformer.decoding.shortlist import check_shortlist
 
 
 def position_cap(model, max_output_length=None):
@@ -40,7 +41,7 @@ def output_limits(source_mask, cap, extra_length=DEFAULT_EXTRA_LENGTH):
 
 
 def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULT_EXTRA_LENGTH,
-                        max_output_length=None, static_cache=False):
+                        max_output_length=None, static_cache=False, shortlist=None):
     """Encodes `source_ids` (B, S) and returns the :class:`DecodeStart` of a search with
     `beams` hypotheses per sentence on `model` (a :class:`tfxformer.Transformer`).
 
@@ -49,6 +50,12 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULT_EXTRA_L
     output columns, written in place: XLA's layout). context: the cross-attention keys
     and values per layer (B, H, S, K), projected once and shared by a sentence's beams
     (`decode_step(..., beams=beams)`), and the source mask (B, S).
+
+    `shortlist` (V',) sorted vocabulary ids starting with the specials 0..3
+    (:func:`tfxformer.decoding.shortlist.shortlist_ids`), or None (the full vocabulary):
+    the step function then takes and scores *columns* of the shortlist, its logits
+    (N, V') over the shortlist's rows of the shared embedding, gathered here once; map
+    the search's output with :func:`tfxformer.decoding.shortlist.to_vocabulary`.
     """
     source_ids = tf.convert_to_tensor(source_ids)
     memory, source_mask = model.encode(source_ids)
@@ -57,12 +64,21 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULT_EXTRA_L
     batch = tf.shape(source_ids)[0]
     cache = model.init_cache(memory, length if static_cache else None,
                              batch_size=batch * beams)
+    logit_rows = None
+    if shortlist is not None:
+        shortlist = check_shortlist(shortlist, model.model_config["vocab_size"])
+        # (V', D) once per batch, in the compute dtype (as SharedEmbedding.logits casts)
+        logit_rows = tf.cast(tf.gather(model.embedding.embeddings, shortlist),
+                             model.compute_dtype)
 
     def step_fn(ids, index, self_cache, context):
+        if shortlist is not None:
+            ids = tf.gather(shortlist, ids)  # shortlist columns -> vocabulary ids
         layers = [{"self": s, "cross": c}
                   for s, c in zip(self_cache, context["memory"], strict=True)]
         logits, layers = model.decode_step(ids, context["source_mask"], layers, index,
-                                           append_cache=not static_cache, beams=beams)
+                                           append_cache=not static_cache, beams=beams,
+                                           logit_rows=logit_rows)
         return logits, [c["self"] for c in layers]
 
     context = {"memory": [c["cross"] for c in cache], "source_mask": source_mask}

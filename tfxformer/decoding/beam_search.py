@@ -28,6 +28,7 @@ import tensorflow as tf
 from tfxformer.decoding import common
 from tfxformer.decoding.adapter import output_length_alias, transformer_decoder
 from tfxformer.decoding.common import NEG_INF, DecodeStart
+from tfxformer.decoding.shortlist import to_vocabulary
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
 DEFAULT_BEAM_SIZE = 4
@@ -245,7 +246,7 @@ class _Search:
 
 def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
                 extra_length=common.DEFAULT_EXTRA_LENGTH, max_output_length=None,
-                static_cache=False, *, eos_id=EOS_ID, max_length=None):
+                static_cache=False, *, eos_id=EOS_ID, max_length=None, shortlist=None):
     """Translates a batch with beam search and the GNMT length penalty (§6.1).
 
     :func:`transformer_decoder` (encode once; the key/value cache) fed to
@@ -265,6 +266,10 @@ def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_AL
             position per step and finished sentences leave the batch.
         eos_id: the end token (default EOS 3); None: no token ends a hypothesis (each
             runs to its limit, as benchmarks want).
+        shortlist: None (the full vocabulary), or (V',) sorted vocabulary ids starting
+            with the specials 0..3 (:func:`tfxformer.decoding.shortlist.shortlist_ids`):
+            logits, softmax and top-k over those tokens only; the output ids are
+            vocabulary ids, and the scores are normalized over the shortlist.
 
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K)).
@@ -276,8 +281,12 @@ def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_AL
     (TensorShape([1, 2]), TensorShape([1, 2]))
     """
     beam_size, alpha = check_options(beam_size, alpha)
+    shortlist = common.shortlist_tensor(shortlist, eos_id)
     start = transformer_decoder(model, source_ids, beam_size, extra_length,
                                 output_length_alias(max_output_length, max_length),
-                                static_cache)
-    return sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,
-                                static_cache=static_cache)
+                                static_cache, shortlist)
+    out = sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,
+                               static_cache=static_cache)
+    if shortlist is None:
+        return out
+    return out._replace(ids=to_vocabulary(out.ids, shortlist))

@@ -15,6 +15,8 @@ and tf-models' `SequenceBeamSearch(symbols_to_logits_fn, ...)`), not on a model:
         logits   (N, V) or (N, 1, V)     next-token scores
 
 :func:`tfxformer.decoding.adapter.transformer_decoder` builds one for a Transformer.
+With a vocabulary shortlist (:mod:`tfxformer.decoding.shortlist`) V is the shortlist's
+length and the ids are its columns; the special ids 0..3 are the same in both.
 
 Finished sentences leave the batch (as CTranslate2 does): with a growing cache, each step
 gathers the rows of the sentences still running out of `cache`, `context`, the limits and
@@ -32,9 +34,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
-from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
+from tfxformer.ids import BOS_ID, EOS_ID, NUM_SPECIAL_IDS, PAD_ID
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "NEG_INF", "DEFAULT_EXTRA_LENGTH", "DecodeStart"]
 
@@ -82,6 +85,21 @@ def check_ids(eos_id, pad_id, bos_id):
         raise ValueError(f"`eos_id` and `pad_id` must differ (both {eos_id}): PAD marks "
                          "the columns after a hypothesis' end.")
     return -1 if eos_id is None else eos_id  # -1 equals no token
+
+
+def shortlist_tensor(shortlist, eos_id):
+    """A search's `shortlist`: int32 if a tensor, else a numpy array (None stays None;
+    the adapter checks its ids). The search runs in the shortlist's columns, where only
+    the special ids keep their value, so `eos_id` must be one of them (or None)."""
+    if shortlist is None:
+        return None
+    if eos_id is not None and eos_id not in range(NUM_SPECIAL_IDS):
+        raise ValueError(f"With a `shortlist`, `eos_id` must be a special id "
+                         f"(0..{NUM_SPECIAL_IDS - 1}) or None, got {eos_id!r}: the search "
+                         "runs on shortlist columns, where only those keep their id.")
+    if isinstance(shortlist, (tf.Tensor, tf.Variable)):
+        return tf.cast(shortlist, tf.int32)
+    return np.asarray(shortlist)  # checked (with a clear error) by the adapter
 
 
 def next_token_log_probs(logits, pad_id=PAD_ID, bos_id=BOS_ID):

@@ -12,6 +12,7 @@ import tensorflow as tf
 from tfxformer.decoding import common
 from tfxformer.decoding.adapter import output_length_alias, transformer_decoder
 from tfxformer.decoding.common import DEFAULT_EXTRA_LENGTH, DecodeStart
+from tfxformer.decoding.shortlist import to_vocabulary
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -111,7 +112,7 @@ def _leave(state, out_ids, out_scores):
 
 def greedy_decode(model, source_ids, extra_length=DEFAULT_EXTRA_LENGTH,
                   max_output_length=None, static_cache=False, *, eos_id=EOS_ID,
-                  max_length=None):
+                  max_length=None, shortlist=None):
     """Greedy decoding of a Transformer with its key/value cache (§6.1 limits).
 
     A sentence stops at EOS or at its length limit (source length + `extra_length`, at
@@ -130,12 +131,19 @@ def greedy_decode(model, source_ids, extra_length=DEFAULT_EXTRA_LENGTH,
             cache grows by one position per step, so step i costs i positions, not L.
         eos_id: the end token (default EOS 3); None: no token ends a sentence (each runs
             to its limit, as benchmarks want).
+        shortlist: None (the full vocabulary), or (V',) sorted vocabulary ids starting
+            with the specials 0..3 (:func:`tfxformer.decoding.shortlist.shortlist_ids`):
+            the argmax over those tokens only; the output ids are vocabulary ids.
 
     Returns:
         :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,).
     """
     max_output_length = output_length_alias(max_output_length, max_length)
+    shortlist = common.shortlist_tensor(shortlist, eos_id)
     start = transformer_decoder(model, source_ids, 1, extra_length, max_output_length,
-                                static_cache)
-    return greedy_search(start, eos_id=eos_id, static_cache=static_cache)
+                                static_cache, shortlist)
+    out = greedy_search(start, eos_id=eos_id, static_cache=static_cache)
+    if shortlist is None:
+        return out
+    return out._replace(ids=to_vocabulary(out.ids, shortlist))
 

@@ -13,6 +13,7 @@ from tfxformer.layers.decoder import Decoder
 from tfxformer.layers.embedding import SharedEmbedding
 from tfxformer.layers.encoder import Encoder
 from tfxformer.layers.masks import padding_mask
+from tfxformer.layers.ops import matmul_last
 from tfxformer.layers.position import DEFAULT_MAX_POSITIONS, PositionalEncoding
 from tfxformer.quantize import pop_quantized_dtype, quantized_dtype, restore_quantization
 
@@ -143,7 +144,7 @@ class Transformer(keras.Model):
         return self.decoder.init_cache(memory, max_length, batch_size=batch_size)
 
     def decode_step(self, target_ids, source_mask, cache, cache_index, append_cache=False,
-                    beams=1):
+                    beams=1, logit_rows=None):
         """Incremental decoding: ids (N, t) at positions [cache_index, cache_index + t).
 
         Always returns ((N, t, V) float32 logits, updated cache), equal to the matching
@@ -151,12 +152,18 @@ class Transformer(keras.Model):
         number of rows of `target_ids` per memory row, N = B * beams (row b * beams + k is
         hypothesis k of sentence b), so the beams of a sentence read its memory once.
         `append_cache=True` for a growing cache (``init_cache(memory, None)``).
+        `logit_rows` (V', D): rows of the shared embedding (a vocabulary shortlist,
+        gathered once per batch, :mod:`tfxformer.decoding.shortlist`); the logits are then
+        (N, t, V') over those tokens only, the same values as the full logits' columns.
         """
         x = self.embed(target_ids, start_index=cache_index)
         out, cache = self.decoder.call_cached(x, cache, cache_index,
                                               memory_padding_mask=source_mask,
                                               append_cache=append_cache, beams=beams)
-        return self.embedding.logits(out), cache
+        if logit_rows is None:
+            return self.embedding.logits(out), cache
+        kernel = tf.cast(logit_rows, out.dtype)  # as SharedEmbedding.logits, on V' rows
+        return tf.cast(matmul_last(out, kernel, transpose_b=True), tf.float32), cache
 
     def call(self, inputs, training=None):
         source_ids, target_ids = _unpack_inputs(inputs)

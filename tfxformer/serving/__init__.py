@@ -5,7 +5,13 @@ run dir) to `translate(list[str]) -> list[str]`; the run dir itself is
 :mod:`tfxformer.rundir`'s.
 """
 
-from tfxformer.serving.export import export_run_dir, export_translator, next_version
+from tfxformer.serving.export import (
+    export_run_dir,
+    export_saved_model,
+    export_translator,
+    next_version,
+    shortlist_from_data,
+)
 from tfxformer.serving.loading import (
     TranslateFn,
     find_checkpoint,
@@ -20,8 +26,8 @@ from tfxformer.serving.loading import (
 from tfxformer.serving.translator import Translator, sanitize_utf8
 
 __all__ = [
-    "TranslateFn", "Translator", "export_run_dir", "export_translator", "find_checkpoint",
-    "load_run_dir", "load_translate_fn", "make_translate_fn", "next_version",
-    "read_run_config", "resolve_model_dir", "sanitize_utf8", "saved_model_versions",
-    "untracked_weights",
+    "TranslateFn", "Translator", "export_run_dir", "export_saved_model", "export_translator",
+    "find_checkpoint", "load_run_dir", "load_translate_fn", "make_translate_fn",
+    "next_version", "read_run_config", "resolve_model_dir", "sanitize_utf8",
+    "saved_model_versions", "shortlist_from_data", "untracked_weights",
 ]

@@ -6,11 +6,16 @@ Signatures (every output (N,): translation tf.string, score float32, truncated b
         extra_length (int32 [None]), max_input_tokens (int32 [None]): one value per text.
     translate_with_options: text, beam_size (int32 []), alpha (float32 []),
         extra_length (int32 []); scalar inputs, so not batchable by TF Serving.
-Assets: `spm.model` (SentencePiece) and `config.json` (run config + decoding options);
+Assets: `spm.model` (SentencePiece) and `config.json` (run config + decoding options,
+`precision`, and `shortlist`: how the vocabulary shortlist table was built, or null);
 `assets.extra/`: `tf_serving_warmup_requests` and an example `batching_parameters.txt`
 (:mod:`tfxformer.serving.warmup`). The graph holds only core TensorFlow and
 tensorflow-text ops: it loads where `import tensorflow, tensorflow_text` works, or in a
 stock TF Serving.
+
+A vocabulary shortlist (:mod:`tfxformer.decoding.shortlist`) is built from the run's
+training data at export time (:func:`shortlist_from_data`); its table is saved as two
+int32 variables (`shortlist_table`, `shortlist_frequent`) beside `model_variables`.
 
 Command line: `python scripts/export.py --model RUN_DIR --export-dir DIR`.
 """
@@ -25,6 +30,7 @@ import tempfile
 import tensorflow as tf
 
 from tfxformer.decoding import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_EXTRA_LENGTH
+from tfxformer.decoding.shortlist import build_shortlist_table
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, load_model
 from tfxformer.serving.loading import saved_model_versions
 from tfxformer.serving.translator import DEFAULT_MAX_BATCH_SIZE, Translator
@@ -44,11 +50,19 @@ def next_version(export_dir):
     return max(taken, default=0) + 1
 
 
+PRECISION_OF_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+ENCODE_BATCH = 10_000  # lines SentencePiece encodes per call when building a shortlist
+
+
 def _asset_config(translator, config):
-    """The config.json asset: the run config plus the model and decoding settings."""
+    """The config.json asset: the run config plus the model, precision, shortlist and
+    decoding settings (each set anew, so a re-export never keeps a stale one)."""
     config = dict(config or {})
     config["model"] = dict(translator.model.model_config)
     config["compute_dtype"] = translator.model.compute_dtype
+    config["precision"] = PRECISION_OF_DTYPE.get(translator.model.compute_dtype,
+                                                 translator.model.compute_dtype)
+    config["shortlist"] = translator.shortlist_info
     config["decoding"] = dict(
         beam_size=translator.beam_size, alpha=translator.alpha,
         extra_length=translator.extra_length, max_batch_size=translator.max_batch_size,
@@ -107,7 +121,10 @@ def _save(translator, path, sources, config):
     captured = {}
     for function in signatures.values():
         captured.update((id(v), v) for v in function.variables)
-    root.model_variables = list(captured.values())
+    shortlist = {id(v) for v in translator.shortlist_variables}
+    root.model_variables = [v for k, v in captured.items() if k not in shortlist]
+    if shortlist:
+        root.shortlist_table, root.shortlist_frequent = translator.shortlist_variables
     contents = {SPM_FILENAME: translator.sentencepiece_model,
                 CONFIG_FILENAME: json.dumps(config, indent=2, sort_keys=True).encode()}
     for name, filename in (("sentencepiece_asset", SPM_FILENAME),
@@ -134,26 +151,139 @@ def trained_length(config):
 def make_translator(model, config, spm_bytes, beam_size=DEFAULT_BEAM_SIZE,
                     alpha=DEFAULT_ALPHA, extra_length=DEFAULT_EXTRA_LENGTH,
                     max_batch_size=DEFAULT_MAX_BATCH_SIZE, max_input_tokens=None,
-                    max_output_tokens=None):
-    """A :class:`Translator` whose unset limits default to the run's training length."""
+                    max_output_tokens=None, shortlist=None):
+    """A :class:`Translator` whose unset limits default to the run's training length
+    (`shortlist`: a :class:`tfxformer.decoding.ShortlistTable` or None)."""
     trained = trained_length(config)
     return Translator(model, spm_bytes, beam_size=beam_size, alpha=alpha,
                       extra_length=extra_length, max_batch_size=max_batch_size,
                       max_input_tokens=max_input_tokens or trained,
-                      max_output_tokens=max_output_tokens or trained)
+                      max_output_tokens=max_output_tokens or trained, shortlist=shortlist)
+
+
+def training_data(config):
+    """(data, src, tgt) of the run config: its `train.data` (a text folder or "wmt14")
+    and languages; data None when the config does not say."""
+    train = (config or {}).get("train") or {}
+    return (train.get("data"), (config or {}).get("src") or train.get("src") or "en",
+            (config or {}).get("tgt") or train.get("tgt") or "de")
+
+
+def _id_pairs(sp, pairs, max_pairs):
+    """(source ids, target ids) of the text pairs, SentencePiece-encoded in batches."""
+    def encoded(batch):
+        sources, targets = sp.encode([s for s, _ in batch]), sp.encode([t for _, t in batch])
+        return zip(sources, targets, strict=True)
+
+    batch = []
+    for i, pair in enumerate(pairs):
+        if max_pairs is not None and i >= max_pairs:
+            break
+        batch.append(pair)
+        if len(batch) == ENCODE_BATCH:
+            yield from encoded(batch)
+            batch = []
+    if batch:
+        yield from encoded(batch)
+
+
+def shortlist_from_data(spm_bytes, vocab_size, data, src="en", tgt="de",
+                        per_source=None, frequent=None, max_pairs=None, tfds_data_dir=None,
+                        progress=True):
+    """The shortlist table of the training pairs of `data` (:func:`build_shortlist_table`).
+
+    `data` is a text folder with train.SRC / train.TGT (the run config's `train.data`) or
+    "wmt14" (TFDS, prepared in `tfds_data_dir`); the pairs are encoded with the run's
+    SentencePiece model `spm_bytes` (no BOS/EOS). `max_pairs`: only the first pairs.
+    The table's info records `data`, `src`, `tgt` and `max_pairs`.
+
+    Raises:
+        FileNotFoundError: `data` is no such folder (nor "wmt14").
+        ValueError: bad sizes, or a vocabulary other than the model's.
+    """
+    import sentencepiece
+
+    from tfxformer.data.sources import load_corpus
+
+    if max_pairs is not None and (isinstance(max_pairs, bool) or int(max_pairs) < 1):
+        raise ValueError(f"`max_pairs` must be an integer >= 1 or None, got {max_pairs!r}.")
+    sp = sentencepiece.SentencePieceProcessor(model_proto=spm_bytes)
+    if sp.get_piece_size() != vocab_size:
+        raise ValueError(f"The SentencePiece model has {sp.get_piece_size()} pieces, the "
+                         f"model's vocabulary {vocab_size}.")
+    split = load_corpus(data, src, tgt, data_dir=tfds_data_dir, download=False).train
+    total = split.num_examples if max_pairs is None or split.num_examples is None \
+        else min(max_pairs, split.num_examples)
+    sizes = {k: v for k, v in (("per_source", per_source), ("frequent", frequent))
+             if v is not None}
+    table = build_shortlist_table(_id_pairs(sp, split.pairs(), max_pairs), vocab_size,
+                                  progress=progress, total=total, **sizes)
+    table.info.update(data=os.fspath(data), src=src, tgt=tgt, max_pairs=max_pairs)
+    return table
+
+
+def _shortlist_for(config, spm_bytes, model, shortlist, shortlist_data, max_pairs):
+    """The export's ShortlistTable for `shortlist` (K, N) or None, from the training data
+    of `config` unless `shortlist_data` names other data."""
+    if shortlist is None:
+        if shortlist_data is not None or max_pairs is not None:
+            raise ValueError("`shortlist_data` / `shortlist_max_pairs` need a `shortlist` "
+                             "(K, N).")
+        return None
+    try:
+        per_source, frequent = (int(v) for v in shortlist)
+    except (TypeError, ValueError):
+        raise ValueError(f"`shortlist` must be (K, N): target tokens per source token and "
+                         f"most frequent target tokens, got {shortlist!r}.") from None
+    data, src, tgt = training_data(config)
+    data = shortlist_data or data
+    if data is None:
+        raise ValueError("The config names no training data (`train.data`); give the data "
+                         "the shortlist table is built from (`shortlist_data`, "
+                         "--shortlist-data: a folder with train.SRC/train.TGT, or wmt14).")
+    train = (config or {}).get("train") or {}
+    try:
+        return shortlist_from_data(spm_bytes, int(model.model_config["vocab_size"]), data,
+                                   src, tgt, per_source, frequent, max_pairs,
+                                   train.get("tfds_data_dir"))
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{err} (the shortlist's training data, from "
+                                f"{'--shortlist-data' if shortlist_data else 'the config'}; "
+                                "relative paths are relative to this directory: pass "
+                                "--shortlist-data)") from None
 
 
 def export_run_dir(model_dir, export_dir, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
                    extra_length=DEFAULT_EXTRA_LENGTH, max_batch_size=DEFAULT_MAX_BATCH_SIZE,
                    checkpoint=None, version=None, precision="fp32", max_input_tokens=None,
-                   max_output_tokens=None, num_batch_threads=None):
+                   max_output_tokens=None, num_batch_threads=None, shortlist=None,
+                   shortlist_data=None, shortlist_max_pairs=None):
     """Loads a trained run dir (:func:`tfxformer.rundir.load_model`) and exports its translator
     (`precision` "bf16": computes in bfloat16, float32 weights). The input and output
     limits default to the run's training `max_length` (:func:`trained_length`), else
-    256 tokens each; both are capped by the model's positions."""
+    256 tokens each; both are capped by the model's positions. `shortlist` (K, N): a
+    vocabulary shortlist built from the run's training data (or `shortlist_data`, its
+    first `shortlist_max_pairs` pairs), :func:`shortlist_from_data`; default off."""
     model, config, spm_bytes = load_model(model_dir, checkpoint, precision=precision)
+    table = _shortlist_for(config, spm_bytes, model, shortlist, shortlist_data,
+                           shortlist_max_pairs)
     translator = make_translator(model, config, spm_bytes, beam_size, alpha, extra_length,
-                                 max_batch_size, max_input_tokens, max_output_tokens)
+                                 max_batch_size, max_input_tokens, max_output_tokens, table)
+    return export_translator(translator, export_dir, config=config, version=version,
+                             num_batch_threads=num_batch_threads)
+
+
+def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
+                       num_batch_threads=None, shortlist=None, shortlist_data=None,
+                       shortlist_max_pairs=None, **options):
+    """Re-exports a SavedModel of this package (:func:`load_saved_model_weights`) with
+    today's code, at `precision`, with a `shortlist` (K, N) built from `shortlist_data`
+    (default: the training data its config asset names) or none; `options` as
+    :func:`make_translator`'s."""
+    model, config, spm_bytes = load_saved_model_weights(version_dir, precision=precision)
+    table = _shortlist_for(config, spm_bytes, model, shortlist, shortlist_data,
+                           shortlist_max_pairs)
+    translator = make_translator(model, config, spm_bytes, shortlist=table, **options)
     return export_translator(translator, export_dir, config=config, version=version,
                              num_batch_threads=num_batch_threads)
 

@@ -14,6 +14,7 @@ from tfxformer.decoding import (
     DEFAULT_EXTRA_LENGTH,
     beam_search,
 )
+from tfxformer.decoding.shortlist import check_table, shortlist_ids
 from tfxformer.ids import EOS_ID
 
 DEFAULT_MAX_BATCH_SIZE = 64
@@ -93,6 +94,13 @@ class Translator(tf.Module):
             model's positions); `max_input_length` is its former name.
         max_output_tokens: the decode limit, EOS included, whatever the source length
             (default 256, at most the model's positions).
+        shortlist: None (the full vocabulary), or a
+            :class:`tfxformer.decoding.ShortlistTable` for the model's vocabulary: each
+            chunk is then decoded over its shortlist only (the table rows of its source
+            tokens, the frequent target tokens and the special ids;
+            :mod:`tfxformer.decoding.shortlist`); scores are normalized over it. The table is
+            held in two int32 tf.Variables, `shortlist_table` (V, K) and
+            `shortlist_frequent` (N,), saved with the export.
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
@@ -112,7 +120,8 @@ class Translator(tf.Module):
     def __init__(self, model, sentencepiece_model: bytes, beam_size=DEFAULT_BEAM_SIZE,
                  alpha=DEFAULT_ALPHA, extra_length=DEFAULT_EXTRA_LENGTH,
                  max_batch_size=DEFAULT_MAX_BATCH_SIZE, max_input_tokens=None,
-                 max_output_tokens=None, name="translator", max_input_length=None):
+                 max_output_tokens=None, name="translator", max_input_length=None,
+                 shortlist=None):
         super().__init__(name=name)
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
             raise ValueError("`sentencepiece_model` must be the non-empty bytes of spm.model, "
@@ -139,6 +148,22 @@ class Translator(tf.Module):
         self.max_output_tokens = min(positions, _positive_int(
             DEFAULT_MAX_OUTPUT_TOKENS if max_output_tokens is None else max_output_tokens,
             "max_output_tokens"))
+        self.shortlist_info = None
+        if shortlist is not None:
+            table = check_table(shortlist, int(model.model_config["vocab_size"]))
+            self.shortlist_info = dict(table.info, table_shape=list(table.table.shape),
+                                       frequent_ids=int(table.frequent.size))
+            self.shortlist_table = tf.Variable(table.table, trainable=False,
+                                               name="shortlist_table")
+            self.shortlist_frequent = tf.Variable(table.frequent, trainable=False,
+                                                  name="shortlist_frequent")
+
+    @property
+    def shortlist_variables(self):
+        """The shortlist's (table, frequent) tf.Variables, or () without a shortlist."""
+        if self.shortlist_info is None:
+            return ()
+        return (self.shortlist_table, self.shortlist_frequent)
 
     @property
     def max_input_length(self):
@@ -296,9 +321,13 @@ class Translator(tf.Module):
         chunks = (total + size - 1) // size
 
         def body(c, translations, scores):
-            rows = pieces[c * size:tf.minimum((c + 1) * size, total)]
-            out = beam_search(self.model, rows.to_tensor(), **options,
-                              max_output_length=self.max_output_tokens)
+            source = pieces[c * size:tf.minimum((c + 1) * size, total)].to_tensor()
+            shortlist = None
+            if self.shortlist_info is not None:
+                shortlist = shortlist_ids(source, self.shortlist_table,
+                                          self.shortlist_frequent)
+            out = beam_search(self.model, source, **options,
+                              max_output_length=self.max_output_tokens, shortlist=shortlist)
             text = self.detokenize(out.ids[:, 0], out.lengths[:, 0], tokenizer)
             return c + 1, translations.write(c, text), scores.write(c, out.scores[:, 0])
 
