@@ -14,14 +14,17 @@ step is the real one: `Trainer.train_step` under the 1-replica strategy of
   python bench/train_memory.py --preset tiny --vocab-size 1000 --steps 1   # smoke test
 
 What it reports (MiB; 1 MiB = 2^20 bytes):
-- `ru_maxrss` (the kernel's peak RSS of the process, what the peers quote) and the peak of
-  VmRSS sampled every `--sample-ms` by a thread;
+- the peak RSS of the process (what the peers quote, their `ru_maxrss` / `time -v`), here the
+  largest of the phases' peaks: VmHWM is reset through /proc/self/clear_refs before each
+  phase (Linux >= 4.0), which also resets the kernel's `ru_maxrss`, so each phase's peak is
+  its own; a thread also samples VmRSS every `--sample-ms` as a check;
 - RSS after each phase (imports, model build, optimizer slots, first step = trace + run,
-  warm-up, measured steps) and the peak *within* each phase: VmHWM is reset through
-  /proc/self/clear_refs before each phase (Linux >= 4.0), so a phase's peak is its own;
-- TensorFlow's allocator statistics where the CPU allocator has them
-  (`tf.config.experimental.get_memory_info("CPU:0")`: only with TF_CPU_ALLOCATOR_USE_BFC=1;
-  the default CPU allocator keeps none, and the error is reported instead);
+  warm-up, measured steps) and the phase's peak;
+- TensorFlow's allocator statistics per phase (`tf.config.experimental.get_memory_info`):
+  with oneDNN on (TensorFlow's default on x86) the CPU allocator is oneDNN's
+  `MklCPUAllocator`, a BFC pool that keeps them (and keeps the memory it has grown to, so
+  the RSS after a step stays near the step's peak); with TF_ENABLE_ONEDNN_OPTS=0 there are
+  none, and the error is reported instead;
 - the big tensors of the step by name and size, and a floor: weights + gradients + Adam's
   two slots + the activations backpropagation must keep (counted per layer below) + the
   process's RSS before the model existed (Python, TensorFlow and oneDNN themselves).
@@ -58,6 +61,7 @@ ENV_VARIANTS = {
     "trim": {"MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_MMAP_THRESHOLD_": "1048576"},
     "bfc": {"TF_CPU_ALLOCATOR_USE_BFC": "1"},
     "onednn_sysalloc": {"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "1"},
+    "no_onednn": {"TF_ENABLE_ONEDNN_OPTS": "0"},  # Eigen kernels, glibc malloc: slower
 }
 
 
@@ -233,7 +237,6 @@ def activation_floor(config, batch, src, tgt, compute_bytes) -> dict:
     enc = attention(src_rows, src_rows, src, src) + ffn(src_rows)
     dec = (attention(tgt_rows, tgt_rows, tgt, tgt) + attention(tgt_rows, 0, tgt, src)
            + ffn(tgt_rows))
-    dec += batch * src * d * compute_bytes * 0  # the memory is counted once, below
     memory_kv = 2 * src_rows * d * compute_bytes * layers  # cross-attention K, V per layer
     embeddings = (src_rows + tgt_rows) * d * (compute_bytes + 1)  # dropout inputs + masks
     final = tgt_rows * d * compute_bytes  # the decoder output, input of the projection

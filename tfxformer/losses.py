@@ -57,9 +57,10 @@ def fused_label_smoothed_nll(hidden, embeddings, labels, weights, label_smoothin
     The same function as :func:`label_smoothed_per_token` on
     `SharedEmbedding.logits(hidden)` (§3.4's tied pre-softmax projection, §5.4's label
     smoothing), weighted and summed, for training at a lower peak memory. The base model's
-    bench batch (4,096 target tokens, V = 32,000) has 500 MiB of float32 logits, and the
-    unfused loss keeps about five tensors of that size alive at once (logits, log-softmax,
-    and the gradient's dense gather gradient, broadcast mean gradient and sum). Here each
+    bench batch (4,096 target tokens, V = 32,000) has 500 MiB of float32 logits; on them the
+    loss and its gradient hold two or more such tensors at once (logits, log-softmax, the
+    gradients of the gather, the mean and the log-softmax), and the step's allocator peak is
+    1 GiB higher than with this function (bench/README.md, "Training memory"). Here each
     chunk of at most `chunk_elements` logits is made, turned into its loss and its logit
     gradient `w * (softmax - (1 - ε) onehot - ε / V)` (one fused sparse cross-entropy
     kernel), and multiplied into the gradients of `hidden` and `embeddings` at once, in the
@@ -101,8 +102,7 @@ def fused_label_smoothed_nll(hidden, embeddings, labels, weights, label_smoothin
                     d_embeddings * tf.cast(upstream, d_embeddings.dtype))
         return loss, grad
 
-    loss = fused(rows, tf.convert_to_tensor(embeddings))
-    return loss
+    return fused(rows, tf.convert_to_tensor(embeddings))
 
 
 def _chunked_loss_and_gradients(rows, embeddings, labels, weights, epsilon, chunk_elements):
