@@ -13,11 +13,15 @@ returns Python floats, so the step has finished); figures are medians over --ste
   python bench/train_speed.py                                # fp32, graph mode
   python bench/train_speed.py --precision bf16 --xla
   python bench/train_speed.py --peer keras-hub               # + keras-hub, same batches
+  python bench/train_speed.py --peer logits-loss             # fused loss vs loss on logits
   python bench/train_speed.py --lengths 16,32,64,128,256,512 # scaling (4096 tgt tok/batch)
   python bench/train_speed.py --preset tiny --vocab-size 1000 --steps 3   # smoke test
 
 With --peer the two systems alternate step by step after their warm-ups, so drift on a
 shared machine hits both alike; the ratio is tfxformer's median over the peer's median.
+`--peer logits-loss` is tfxformer itself with the loss on the (B, T, V) logits
+(`Trainer(fused_loss=False)`, the step before the fused loss): a second Trainer on the same
+model and optimizer (so one model's memory), i.e. the fused loss's speed ratio.
 The last line printed is one JSON object.
 """
 
@@ -43,8 +47,12 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps (tracing, XLA)")
     ap.add_argument("--precision", choices=sorted(bl.POLICIES), default="fp32")
     ap.add_argument("--xla", action="store_true", help="Trainer(jit_compile=True)")
-    ap.add_argument("--peer", choices=["keras-hub"], default=None,
-                    help="also run this peer on the same batches, alternating steps")
+    ap.add_argument("--peer", choices=["keras-hub", "logits-loss"], default=None,
+                    help="also run this peer on the same batches, alternating steps "
+                         "(logits-loss: tfxformer with Trainer(fused_loss=False))")
+    ap.add_argument("--loss", choices=["fused", "logits"], default="fused",
+                    help="tfxformer's loss: projection and loss fused in row chunks (the "
+                         "Trainer's default) or the loss on the (B, T, V) logits")
     ap.add_argument("--lengths", default=None,
                     help="scaling mode: comma-separated lengths L; source = target = L and "
                          "batch = --tokens-per-batch // L")
@@ -70,14 +78,20 @@ def build_tfxformer(args):
         model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
         model.build()
         optimizer = paper_adam(TransformerSchedule(model.model_config["d_model"], 4000))
-    trainer = Trainer(model, optimizer, strategy, label_smoothing=0.1, jit_compile=args.xla)
 
-    def step(src, tgt_in, tgt):
-        batch = ((tf.constant(src, tf.int32), tf.constant(tgt_in, tf.int32)),
-                 tf.constant(tgt, tf.int32))
-        return trainer.train_step(iter([batch]))["loss"]
+    def step_of(fused):
+        trainer = Trainer(model, optimizer, strategy, label_smoothing=0.1,
+                          jit_compile=args.xla, fused_loss=fused)
 
-    return model.model_config, model.count_params(), step
+        def step(src, tgt_in, tgt):
+            batch = ((tf.constant(src, tf.int32), tf.constant(tgt_in, tf.int32)),
+                     tf.constant(tgt, tf.int32))
+            return trainer.train_step(iter([batch]))["loss"]
+        return step
+
+    logits_step = step_of(False) if args.peer == "logits-loss" else None
+    return (model.model_config, model.count_params(), step_of(args.loss == "fused"),
+            logits_step)
 
 
 def measure(step, warm, meas, peer_step=None):
@@ -154,8 +168,8 @@ def main(argv=None):
     policy = bl.set_precision(args.precision)
     if args.patch:
         patches.apply(args.patch)
-    config, params, step = build_tfxformer(args)
-    peer_step, peer_name = None, None
+    config, params, step, peer_step = build_tfxformer(args)
+    peer_name = "tfxformer, loss on the logits" if peer_step is not None else None
     if args.peer == "keras-hub":
         from kerashub_peer import make_train_step
 
@@ -165,7 +179,8 @@ def main(argv=None):
     head = {"bench": "train", "system": "tfxformer Trainer.train_step (MirroredStrategy, 1 "
             "replica)", "preset": args.preset, "vocab_size": args.vocab_size, "params": params,
             "precision": args.precision, "dtype_policy": policy, "xla": args.xla,
-            "steps": args.steps, "warmup_steps": args.warmup, "peer_system": peer_name,
+            "loss": args.loss, "steps": args.steps, "warmup_steps": args.warmup,
+            "peer_system": peer_name,
             "peak_gflops_for_mfu": flops.PEAK_GFLOPS, "patch": args.patch}
     if args.lengths:
         rows = []

@@ -45,6 +45,120 @@ def label_smoothed_nll(labels, logits, label_smoothing=0.1):
     return tf.reduce_sum(per_token), tf.reduce_sum(mask)
 
 
+# Logits per chunk of the fused loss: 2^25 float32 = 128 MiB (1,048 rows at V = 32,000).
+FUSED_CHUNK_ELEMENTS = 2 ** 25
+
+
+def fused_label_smoothed_nll(hidden, embeddings, labels, weights, label_smoothing=0.1,
+                             chunk_elements=FUSED_CHUNK_ELEMENTS):
+    """sum(weights * label-smoothed NLL) of the logits `hidden @ embeddingsᵀ`, never
+    holding the (B, T, V) logits: the projection and the loss run in chunks of rows.
+
+    The same function as :func:`label_smoothed_per_token` on
+    `SharedEmbedding.logits(hidden)` (§3.4's tied pre-softmax projection, §5.4's label
+    smoothing), weighted and summed, for training at a lower peak memory. The base model's
+    bench batch (4,096 target tokens, V = 32,000) has 500 MiB of float32 logits; on them the
+    loss and its gradient hold two or more such tensors at once (logits, log-softmax, the
+    gradients of the gather, the mean and the log-softmax), and the step's allocator peak is
+    1 GiB higher than with this function (bench/README.md, "Training memory"). Here each
+    chunk of at most `chunk_elements` logits is made, turned into its loss and its logit
+    gradient `w * (softmax - (1 - ε) onehot - ε / V)` (one fused sparse cross-entropy
+    kernel), and multiplied into the gradients of `hidden` and `embeddings` at once, in the
+    forward pass; the backward pass only scales those by the incoming gradient. The GEMMs
+    are the unfused path's (same shapes per row, in the compute dtype of `hidden`), nothing
+    is recomputed.
+
+    Because the logit gradients are formed in the forward pass, put every factor of the
+    loss (normalisation, loss scale) into `weights`, so that they are formed at their final
+    scale (a float16 gradient that is scaled only afterwards would underflow).
+
+    Args:
+        hidden: (B, T, D) or (N, D) decoder outputs, in the compute dtype.
+        embeddings: (V, D) float32 embedding matrix (the variable, read inside the tape).
+        labels: (B, T) or (N,) integer ids; pad ids get a weight from `weights` like
+            any other (pass a mask).
+        weights: (B, T) or (N,) float32 per-token weights.
+        label_smoothing: ε_ls.
+        chunk_elements: logits per chunk (rows = max(1, chunk_elements // V)).
+
+    Returns:
+        The float32 scalar sum(weights * per-token loss), differentiable with respect to
+        `hidden` and `embeddings` (not `labels` or `weights`).
+    """
+    depth = hidden.shape[-1]
+    rows = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
+    rows.set_shape([None, depth])
+    labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
+    weights = tf.reshape(tf.cast(weights, tf.float32), [-1])
+    epsilon = float(label_smoothing)
+
+    @tf.custom_gradient
+    def fused(rows, embeddings):
+        loss, d_rows, d_embeddings = _chunked_loss_and_gradients(
+            rows, embeddings, labels, weights, epsilon, chunk_elements)
+
+        def grad(upstream):
+            return (d_rows * tf.cast(upstream, d_rows.dtype),
+                    d_embeddings * tf.cast(upstream, d_embeddings.dtype))
+        return loss, grad
+
+    return fused(rows, tf.convert_to_tensor(embeddings))
+
+
+def _chunked_loss_and_gradients(rows, embeddings, labels, weights, epsilon, chunk_elements):
+    """(loss sum, d loss / d rows, d loss / d embeddings), one chunk of rows at a time."""
+    n = tf.shape(rows)[0]
+    vocab = tf.shape(embeddings)[0]
+    kernel = tf.cast(embeddings, rows.dtype)  # as SharedEmbedding.logits
+    max_rows = tf.maximum(chunk_elements // vocab, 1)
+    chunks = tf.maximum((n + max_rows - 1) // max_rows, 1)
+    size = (n + chunks - 1) // chunks  # balanced chunks; padded rows have weight 0
+    pad = chunks * size - n
+    rows_p = tf.pad(rows, [[0, pad], [0, 0]])
+    labels_p = tf.pad(labels, [[0, pad]])
+    weights_p = tf.pad(weights, [[0, pad]])
+    uniform = epsilon / tf.cast(vocab, tf.float32)
+
+    def chunk(i):
+        """(loss sum, d rows, d embeddings) of rows [i * size, (i + 1) * size)."""
+        start = i * size
+        h = tf.slice(rows_p, [start, 0], [size, -1])  # (C, D)
+        y = tf.slice(labels_p, [start], [size])
+        w = tf.slice(weights_p, [start], [size])
+        logits = tf.cast(tf.matmul(h, kernel, transpose_b=True), tf.float32)  # (C, V)
+        # nll = logsumexp - logit[y] and its gradient softmax - onehot(y): one kernel.
+        nll, d_logits = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(features=logits,
+                                                                       labels=y)
+        label_logit = tf.gather(logits, y, batch_dims=1)
+        # -mean(log_softmax) = logsumexp - mean(logits)
+        smooth = nll + label_logit - tf.reduce_mean(logits, axis=-1)
+        loss = tf.reduce_sum(w * ((1.0 - epsilon) * nll + epsilon * smooth))
+        # d loss / d logits = w * (softmax - (1 - ε) onehot - ε / V)
+        index = tf.stack([tf.range(size), y], axis=1)
+        d_logits = tf.tensor_scatter_nd_add(d_logits - uniform, index,
+                                            tf.fill([size], epsilon))
+        d_logits = tf.cast(d_logits * w[:, None], rows.dtype)
+        d_h = tf.matmul(d_logits, kernel)  # (C, D)
+        d_kernel = tf.cast(tf.matmul(d_logits, h, transpose_a=True), tf.float32)  # (V, D)
+        return loss, d_h, d_kernel
+
+    def body(i, loss, d_embeddings, d_rows):
+        chunk_loss, d_h, d_kernel = chunk(i)
+        return i + 1, loss + chunk_loss, d_embeddings + d_kernel, d_rows.write(i, d_h)
+
+    # Chunk 0 starts the sums (a zeros (V, D) start would be folded into a graph constant
+    # that stays allocated), then one chunk at a time: parallel iterations would hold
+    # several chunks' logits at once.
+    loss, d_h, d_embeddings = chunk(0)
+    d_rows = tf.TensorArray(rows.dtype, size=chunks, element_shape=[None, rows.shape[-1]])
+    _, loss, d_embeddings, d_rows = tf.while_loop(
+        lambda i, *_: i < chunks, body, (tf.constant(1), loss, d_embeddings,
+                                         d_rows.write(0, d_h)),
+        parallel_iterations=1)
+    d_rows = d_rows.concat()[:n]
+    return loss, d_rows, tf.cast(d_embeddings, embeddings.dtype)
+
+
 def global_sum(value):
     """Sum of `value` over all replicas when called inside a replica context, else `value`."""
     if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():

@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from tfxformer.ids import PAD_ID
-from tfxformer.losses import label_smoothed_nll
+from tfxformer.losses import fused_label_smoothed_nll, label_smoothed_nll
 
 SUM = tf.distribute.ReduceOp.SUM
 _IDS = tf.TensorSpec([None, None], tf.int32)
@@ -46,6 +46,10 @@ class Trainer:
             before the host reads the results); None: never halt.
         nonfinite_fault_steps: test-only fault injection: the first attempt of each of
             these update numbers gets a NaN loss and NaN gradients.
+        fused_loss: compute the tied output projection and the loss together in chunks of
+            rows (:func:`tfxformer.losses.fused_label_smoothed_nll`), never holding the
+            (B, T, V) logits: the same loss and gradients as the loss on the logits
+            (False), at a lower peak memory (bench/README.md, "Training memory").
 
     Batches are GLOBAL batches `((source_ids, decoder_input_ids), labels)` as
     tfxformer.data makes them. :meth:`feed` wraps a plain (checkpointable) tf.data iterator
@@ -55,7 +59,8 @@ class Trainer:
     """
 
     def __init__(self, model, optimizer, strategy, label_smoothing=0.1, accumulation_steps=1,
-                 jit_compile=False, halt_after_nonfinite=None, nonfinite_fault_steps=()):
+                 jit_compile=False, halt_after_nonfinite=None, nonfinite_fault_steps=(),
+                 fused_loss=True):
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}.")
         if halt_after_nonfinite is not None and halt_after_nonfinite < 1:
@@ -64,6 +69,11 @@ class Trainer:
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
         self.label_smoothing = float(label_smoothing)
         self.accumulation_steps = int(accumulation_steps)
+        self.fused_loss = bool(fused_loss)
+        if self.fused_loss and not _has_tied_projection(model):
+            raise ValueError(f"fused_loss=True needs a tfxformer Transformer (encode, embed, "
+                             f"decoder, embedding.embeddings); got {type(model).__name__}. "
+                             "Pass fused_loss=False to train on the model's logits.")
         with strategy.scope():  # variables are created here, not lazily inside a step
             if not model.built:
                 model.build()
@@ -96,10 +106,22 @@ class Trainer:
         (source, decoder_input), labels = batch
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            logits = self.model((source, decoder_input), training=True)
-            loss_sum, _ = label_smoothed_nll(labels, logits, self.label_smoothing)
-            loss = loss_sum / tf.maximum(global_tokens, 1.0) * poison
-            scaled = self.optimizer.scale_loss(loss)
+            if self.fused_loss:
+                # Every factor goes into the token weights: the fused loss forms its logit
+                # gradients in the forward pass, at their final scale (float16-safe).
+                norm = poison / tf.maximum(global_tokens, 1.0)
+                scale = tf.cast(self.optimizer.scale_loss(tf.constant(1.0)), tf.float32)
+                mask = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+                scaled = fused_label_smoothed_nll(
+                    decoder_output(self.model, source, decoder_input),
+                    self.model.embedding.embeddings, labels, mask * (norm * scale),
+                    self.label_smoothing)
+                loss = scaled / scale
+            else:
+                logits = self.model((source, decoder_input), training=True)
+                loss_sum, _ = label_smoothed_nll(labels, logits, self.label_smoothing)
+                loss = loss_sum / tf.maximum(global_tokens, 1.0) * poison
+                scaled = self.optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, variables)
         return loss, grads
 
@@ -282,6 +304,21 @@ class DeviceFeed:
         if not self._queue:
             raise RuntimeError("DeviceFeed.pop() on an empty feed: call fill() first.")
         return self._queue.popleft()
+
+
+def decoder_output(model, source_ids, decoder_input_ids, training=True):
+    """(B, T, D) decoder output of a tfxformer Transformer: its logits before the tied
+    projection, i.e. `model((source_ids, decoder_input_ids))` is
+    `model.embedding.logits(decoder_output(...))` (the same layers, in the same order)."""
+    memory, source_mask = model.encode(source_ids, training=training)
+    return model.decoder(model.embed(decoder_input_ids, training=training), memory,
+                         memory_padding_mask=source_mask, training=training)
+
+
+def _has_tied_projection(model) -> bool:
+    parts = ("encode", "embed", "decoder", "embedding")
+    return (all(hasattr(model, p) for p in parts)
+            and hasattr(model.embedding, "embeddings"))
 
 
 def _first_local_replica(strategy, local: int) -> int:

@@ -1,0 +1,429 @@
+#!/usr/bin/env python
+"""Peak memory (RSS) of tfxformer's training step on the peers' workload, with a breakdown.
+
+The workload is train_speed.py's (base preset, vocabulary 32000, 128 pairs x 32/32 tokens,
+label smoothing 0.1, Adam with the warmup-4000 schedule, the peers' fixed batches) and the
+step is the real one: `Trainer.train_step` under the 1-replica strategy of
+`make_strategy()`. Peak RSS is per process, so every variant runs in its own process:
+
+  python bench/train_memory.py                          # fp32, the Trainer's default loss
+  python bench/train_memory.py --precision bf16
+  python bench/train_memory.py --loss logits            # the loss on (B, T, V) logits
+  python bench/train_memory.py --probe gradients        # forward + backward, no update
+  python bench/train_memory.py --compare fp32,bf16 --losses logits,fused   # one process each
+  python bench/train_memory.py --preset tiny --vocab-size 1000 --steps 1   # smoke test
+
+What it reports (MiB; 1 MiB = 2^20 bytes):
+- the peak RSS of the process (what the peers quote, their `ru_maxrss` / `time -v`), here the
+  largest of the phases' peaks: VmHWM is reset through /proc/self/clear_refs before each
+  phase (Linux >= 4.0), which also resets the kernel's `ru_maxrss`, so each phase's peak is
+  its own; a thread also samples VmRSS every `--sample-ms` as a check;
+- RSS after each phase (imports, model build, optimizer slots, first step = trace + run,
+  warm-up, measured steps) and the phase's peak;
+- TensorFlow's allocator statistics per phase (`tf.config.experimental.get_memory_info`):
+  with oneDNN on (TensorFlow's default on x86) the CPU allocator is oneDNN's
+  `MklCPUAllocator`, a BFC pool that keeps them (and keeps the memory it has grown to, so
+  the RSS after a step stays near the step's peak); with TF_ENABLE_ONEDNN_OPTS=0 there are
+  none, and the error is reported instead;
+- the big tensors of the step by name and size, and a floor: weights + gradients + Adam's
+  two slots + the activations backpropagation must keep (counted per layer below) + the
+  process's RSS before the model existed (Python, TensorFlow and oneDNN themselves).
+
+Environment settings (allocator choices such as MALLOC_ARENA_MAX, TF_CPU_ALLOCATOR_USE_BFC)
+are read from the environment and echoed in the JSON line; `--compare ... --env-variants`
+runs each named setting in its own process. `--threads N` sets TensorFlow's intra- and
+inter-op pools (default: TensorFlow's choice from the CPUs the process may use, so a
+`taskset -c 1` run gets one thread each, and runs fewer ops at once than an unpinned run).
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import benchlib as bl
+
+MIB = 2 ** 20
+ENV_KEYS = ("MALLOC_ARENA_MAX", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
+            "MALLOC_TOP_PAD_", "TF_CPU_ALLOCATOR_USE_BFC", "TF_ENABLE_ONEDNN_OPTS",
+            "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "LD_PRELOAD", "OMP_NUM_THREADS")
+# Named environment settings for --env-variants (each one process).
+ENV_VARIANTS = {
+    "default": {},
+    "arena2": {"MALLOC_ARENA_MAX": "2"},
+    "trim": {"MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_MMAP_THRESHOLD_": "1048576"},
+    "bfc": {"TF_CPU_ALLOCATOR_USE_BFC": "1"},
+    "onednn_sysalloc": {"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "1"},
+    "no_onednn": {"TF_ENABLE_ONEDNN_OPTS": "0"},  # Eigen kernels, glibc malloc: slower
+}
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="base", help="model preset (base, big, small, tiny)")
+    ap.add_argument("--vocab-size", type=int, default=32000, help="V")
+    ap.add_argument("--batch-size", type=int, default=128, help="B pairs per step")
+    ap.add_argument("--src-len", type=int, default=32, help="S source tokens per pair")
+    ap.add_argument("--tgt-len", type=int, default=32, help="T target tokens per pair")
+    ap.add_argument("--precision", choices=sorted(bl.POLICIES), default="fp32",
+                    help="fp32 or bf16 (Keras mixed_bfloat16)")
+    ap.add_argument("--loss", choices=["default", "logits", "fused"], default="default",
+                    help="the Trainer's loss path: 'logits' = label-smoothed cross-entropy on "
+                         "the (B, T, V) logits, 'fused' = projection and loss fused in row "
+                         "chunks (Trainer(fused_loss=True)); 'default' = the Trainer's default")
+    ap.add_argument("--probe", choices=["step", "gradients", "forward"], default="step",
+                    help="step: Trainer.train_step; gradients: Trainer.gradients (forward "
+                         "and backward, no update); forward: the training-mode forward and "
+                         "loss only")
+    ap.add_argument("--warmup", type=int, default=2, help="steps before the measured ones "
+                    "(the first traces the step)")
+    ap.add_argument("--steps", type=int, default=3, help="measured steps")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="intra- and inter-op threads (0: TensorFlow's default)")
+    ap.add_argument("--sample-ms", type=float, default=5.0, help="VmRSS sampling period")
+    ap.add_argument("--compare", default=None,
+                    help="comma-separated precisions: run every (precision, loss, env) "
+                         "combination in its own process and print a summary")
+    ap.add_argument("--losses", default="default",
+                    help="with --compare: comma-separated --loss values")
+    ap.add_argument("--env-variants", default="default",
+                    help=f"with --compare: comma-separated settings of {sorted(ENV_VARIANTS)}")
+    return ap.parse_args(argv)
+
+
+# --- reading the process's memory ------------------------------------------------------
+
+def status_kib(field: str) -> int:
+    """A field of /proc/self/status (VmRSS, VmHWM) in KiB."""
+    with open("/proc/self/status") as f:
+        match = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.MULTILINE)
+    return int(match.group(1))
+
+
+def reset_peak() -> bool:
+    """Resets VmHWM to the current RSS (Linux >= 4.0); False where not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class Sampler(threading.Thread):
+    """Samples VmRSS every `period` seconds; `peak` is the largest sample since `reset()`.
+
+    TensorFlow releases the GIL while ops run, so the thread samples during a step too.
+    """
+
+    def __init__(self, period: float):
+        super().__init__(daemon=True)
+        self.period, self.peak, self.overall = period, 0, 0
+        self._done = threading.Event()
+
+    def reset(self):
+        self.peak = 0
+
+    def run(self):
+        while not self._done.is_set():
+            rss = status_kib("VmRSS")
+            self.peak, self.overall = max(self.peak, rss), max(self.overall, rss)
+            time.sleep(self.period)
+
+    def stop(self):
+        self._done.set()
+        self.join()
+
+
+class Phases:
+    """RSS after each phase and the phase's own peak (VmHWM reset, and the sampler)."""
+
+    def __init__(self, sampler: Sampler):
+        self.sampler, self.rows, self.tf = sampler, [], None
+        self.hwm_resets = reset_peak()
+        sampler.reset()
+
+    def track_allocator(self, tf):
+        """Also report TensorFlow's allocator peak per phase (reset at each mark)."""
+        self.tf = tf
+        self._reset_allocator()
+
+    def _reset_allocator(self):
+        if self.tf is not None:
+            try:
+                self.tf.config.experimental.reset_memory_stats("CPU:0")
+            except (ValueError, RuntimeError):
+                self.tf = None  # no statistics on this allocator
+
+    def mark(self, name: str, **extra):
+        rss = status_kib("VmRSS")
+        peak = status_kib("VmHWM") if self.hwm_resets else None
+        self.rows.append({"phase": name, "rss_mib": round(rss / 1024, 1),
+                          "phase_peak_mib": None if peak is None else round(peak / 1024, 1),
+                          "phase_sampled_peak_mib": round(self.sampler.peak / 1024, 1),
+                          **extra})
+        if self.tf is not None:
+            stats = allocator_stats(self.tf)
+            self.rows[-1].update(allocator_in_use_mib=stats.get("current"),
+                                 allocator_phase_peak_mib=stats.get("peak"))
+        bl.log(f"{name:>22}: RSS {rss / 1024:8.1f} MiB, phase peak "
+               f"{(peak or 0) / 1024:8.1f} MiB (sampled {self.sampler.peak / 1024:8.1f})")
+        self.hwm_resets = reset_peak()
+        self.sampler.reset()
+        self._reset_allocator()
+
+    def peak_mib(self) -> float:
+        """The process's peak RSS: the largest phase peak. (Resetting VmHWM also resets
+        the kernel's ru_maxrss to the RSS at the reset, so ru_maxrss alone would only
+        cover the last phase.)"""
+        peaks = [r["phase_peak_mib"] or r["phase_sampled_peak_mib"] for r in self.rows]
+        return max([bl.peak_rss_mib(), *peaks])
+
+
+def allocator_stats(tf) -> dict:
+    """TensorFlow's CPU allocator statistics, or why there are none."""
+    try:
+        info = tf.config.experimental.get_memory_info("CPU:0")
+        return {k: round(v / MIB, 1) for k, v in info.items()}
+    except (ValueError, RuntimeError, tf.errors.OpError) as error:
+        return {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"}
+
+
+# --- what the step holds -------------------------------------------------------------------
+
+def big_tensors(config, batch, src, tgt, compute_bytes) -> dict:
+    """Sizes (MiB) of the step's largest tensors, by what they are."""
+    d, f, v = config["d_model"], config["d_ff"], config["vocab_size"]
+    rows = batch * tgt
+    return {
+        "logits (B*T, V) float32": rows * v * 4 / MIB,
+        "logits (B*T, V) compute dtype before the float32 cast": rows * v * compute_bytes / MIB,
+        "log-softmax / softmax / their gradients (B*T, V) float32, each": rows * v * 4 / MIB,
+        "embedding gradient, dense (V, D) float32": v * d * 4 / MIB,
+        "embedding gradient of the lookups as IndexedSlices (B*(S+T), D)":
+            batch * (src + tgt) * d * 4 / MIB,
+        "feed-forward hidden (B*T, d_ff), each": rows * f * compute_bytes / MIB,
+        "one (B*L, D) activation": rows * d * compute_bytes / MIB,
+    }
+
+
+def activation_floor(config, batch, src, tgt, compute_bytes) -> dict:
+    """Activations backpropagation must keep, counted per layer (MiB): what the gradients
+    of each op read (inputs of matmuls, softmax outputs, dropout masks, LayerNorm inputs,
+    ReLU outputs). A lower bound of what TensorFlow keeps; no (B*T, V) tensor is counted
+    (a fused loss needs none)."""
+    d, f, h = config["d_model"], config["d_ff"], config["num_heads"]
+    layers = config["num_layers"]
+    src_rows, tgt_rows = batch * src, batch * tgt
+
+    def attention(q_rows, kv_rows, q_len, kv_len):
+        # x (for Q and K/V projections), q, k, v, context, the output-dropout mask
+        # (1 byte), the LayerNorm input in float32, scores after softmax (B, H, Tq, Tk).
+        vectors = (2 * q_rows + 2 * kv_rows + q_rows) * d * compute_bytes
+        vectors += q_rows * d * (1 + 4)
+        return vectors + batch * h * q_len * kv_len * compute_bytes
+
+    def ffn(rows):
+        # input, ReLU output (B*L, d_ff), output-dropout mask, LayerNorm input float32.
+        return rows * d * compute_bytes + rows * f * compute_bytes + rows * d * (1 + 4)
+
+    enc = attention(src_rows, src_rows, src, src) + ffn(src_rows)
+    dec = (attention(tgt_rows, tgt_rows, tgt, tgt) + attention(tgt_rows, 0, tgt, src)
+           + ffn(tgt_rows))
+    memory_kv = 2 * src_rows * d * compute_bytes * layers  # cross-attention K, V per layer
+    embeddings = (src_rows + tgt_rows) * d * (compute_bytes + 1)  # dropout inputs + masks
+    final = tgt_rows * d * compute_bytes  # the decoder output, input of the projection
+    return {"encoder_layer": enc / MIB, "decoder_layer": dec / MIB,
+            "total": (layers * (enc + dec) + memory_kv + embeddings + final) / MIB}
+
+
+def floor_mib(params, config, args, baseline_rss_mib) -> dict:
+    compute_bytes = 2 if args.precision == "bf16" else 4
+    weights = params * 4 / MIB  # float32 variables (mixed precision keeps float32 masters)
+    acts = activation_floor(config, args.batch_size, args.src_len, args.tgt_len,
+                            compute_bytes)
+    # Under mixed precision the step also holds bf16 copies of the kernels it casts.
+    casts = params * 2 / MIB if compute_bytes == 2 else 0.0
+    total = baseline_rss_mib + 4 * weights + casts + acts["total"]
+    return {"runtime_before_model_mib": baseline_rss_mib, "weights_mib": weights,
+            "gradients_mib": weights, "adam_slots_mib": 2 * weights,
+            "bf16_weight_copies_mib": casts, "activations_mib": acts["total"],
+            "activations_per_encoder_layer_mib": acts["encoder_layer"],
+            "activations_per_decoder_layer_mib": acts["decoder_layer"],
+            "total_mib": total}
+
+
+# --- one measured process -------------------------------------------------------------
+
+def build(args):
+    """(model, optimizer, strategy) as train_speed.py builds them."""
+    import keras
+
+    from tfxformer import Transformer, TransformerSchedule, paper_adam
+    from tfxformer.distribute import make_strategy
+
+    strategy = make_strategy()
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
+        model.build()
+        optimizer = paper_adam(TransformerSchedule(model.model_config["d_model"], 4000))
+    return model, optimizer, strategy
+
+
+def make_step(args, model, trainer):
+    """The --probe function of (src, tgt_in, tgt) numpy ids -> loss (a float)."""
+    import tensorflow as tf
+
+    from tfxformer.losses import label_smoothed_nll
+
+    def batch_of(src, tgt_in, tgt):
+        return ((tf.constant(src, tf.int32), tf.constant(tgt_in, tf.int32)),
+                tf.constant(tgt, tf.int32))
+
+    if args.probe == "step":
+        return lambda *b: trainer.train_step(iter([batch_of(*b)]))["loss"]
+    if args.probe == "gradients":
+        return lambda *b: float(trainer.gradients(batch_of(*b))[0])
+
+    @tf.function
+    def forward(batch):
+        (source, decoder_input), labels = batch
+        logits = model((source, decoder_input), training=True)
+        total, tokens = label_smoothed_nll(labels, logits, 0.1)
+        return total / tokens
+    return lambda *b: float(forward(batch_of(*b)))
+
+
+def measure(args) -> dict:
+    sampler = Sampler(args.sample_ms / 1000)
+    sampler.start()
+    phases = Phases(sampler)
+    policy = bl.set_precision(args.precision)
+    import tensorflow as tf
+
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    phases.track_allocator(tf)
+    phases.mark("import")
+    model, optimizer, strategy = build(args)
+    phases.mark("model built")
+    from tfxformer.trainer import Trainer
+
+    kwargs = {} if args.loss == "default" else {"fused_loss": args.loss == "fused"}
+    trainer = Trainer(model, optimizer, strategy, label_smoothing=0.1, **kwargs)
+    fused = getattr(trainer, "fused_loss", False)  # False: a tree before the fused loss
+    phases.mark("optimizer slots", optimizer_variables=len(optimizer.variables))
+    step = make_step(args, model, trainer)
+    warm = bl.fixed_batches(args.warmup, args.batch_size, args.src_len, args.tgt_len,
+                            args.vocab_size, seed=1)
+    meas = bl.fixed_batches(args.steps, args.batch_size, args.src_len, args.tgt_len,
+                            args.vocab_size, seed=2)
+    losses, seconds = [], []
+    for i, b in enumerate(warm + meas):
+        start = time.perf_counter()
+        losses.append(float(step(*b)))
+        seconds.append(time.perf_counter() - start)
+        name = ("first step (trace + run)" if i == 0 else
+                f"warm-up step {i + 1}" if i < len(warm) else f"step {i + 1 - len(warm)}")
+        phases.mark(name, loss=round(losses[-1], 4))
+    sampler.stop()
+    compute_bytes = 2 if args.precision == "bf16" else 4
+    measured = [r for r in phases.rows if r["phase"].startswith("step ")]
+    baseline = phases.rows[0]["rss_mib"]
+    floor = floor_mib(model.count_params(), model.model_config, args, baseline)
+    peak = phases.peak_mib()
+    return {
+        "bench": "train_memory", "preset": args.preset, "vocab_size": args.vocab_size,
+        "batch_size": args.batch_size, "src_len": args.src_len, "tgt_len": args.tgt_len,
+        "precision": args.precision, "dtype_policy": policy, "probe": args.probe,
+        "loss": "fused" if fused else "logits", "params": model.count_params(),
+        "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                    "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+                    "sched_cpus": len(os.sched_getaffinity(0))},
+        "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
+        "peak_rss_mib": peak, "peak_rss_gib": round(peak / 1024, 2),
+        "ru_maxrss_mib_last_phase": bl.peak_rss_mib(),
+        "sampled_peak_rss_mib": round(sampler.overall / 1024, 1),
+        "measured_step_peak_mib": max((r["phase_peak_mib"] or r["phase_sampled_peak_mib"])
+                                      for r in measured) if measured else None,
+        "phases": phases.rows,
+        "allocator_stats": allocator_stats(tf),
+        "big_tensors_mib": {k: round(v, 1) for k, v in big_tensors(
+            model.model_config, args.batch_size, args.src_len, args.tgt_len,
+            compute_bytes).items()},
+        "floor_mib": {k: round(v, 1) for k, v in floor.items()},
+        "peak_over_floor_mib": round(peak - floor["total_mib"], 1),
+        "losses": [round(x, 4) for x in losses],
+        "step_s_not_a_speed_figure": [round(s, 1) for s in seconds],
+        **bl.machine(),
+    }
+
+
+# --- several processes ---------------------------------------------------------------------
+
+def compare(args, argv) -> dict:
+    """Runs every (precision, loss, env) combination in a fresh process of this script."""
+    passthrough, skip = [], False
+    for item in argv:  # this script's own flags minus the --compare ones
+        if skip:
+            skip = False
+            continue
+        if item in ("--compare", "--losses", "--env-variants", "--loss", "--precision"):
+            skip = True
+            continue
+        if item.split("=")[0] in ("--compare", "--losses", "--env-variants", "--loss",
+                                  "--precision"):
+            continue
+        passthrough.append(item)
+    runs = []
+    for env_name in args.env_variants.split(","):
+        if env_name not in ENV_VARIANTS:
+            raise SystemExit(f"--env-variants: unknown {env_name!r}; choose from "
+                             f"{sorted(ENV_VARIANTS)}")
+        for precision in args.compare.split(","):
+            for loss in args.losses.split(","):
+                cmd = [sys.executable, os.path.abspath(__file__), "--precision", precision,
+                       "--loss", loss, *passthrough]
+                env = {**os.environ, **ENV_VARIANTS[env_name]}
+                bl.log(f"--- {precision}, loss {loss}, env {env_name}: {' '.join(cmd[1:])}")
+                out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+                lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+                if out.returncode != 0 or not lines:
+                    raise SystemExit(f"run failed ({out.returncode}):\n{out.stdout[-2000:]}\n"
+                                     f"{out.stderr[-4000:]}")
+                result = json.loads(lines[-1])
+                bl.log(f"    peak RSS {result['peak_rss_mib']} MiB, measured-step peak "
+                       f"{result['measured_step_peak_mib']} MiB, losses {result['losses']}")
+                runs.append({"precision": precision, "loss": result["loss"], "env": env_name,
+                             "peak_rss_mib": result["peak_rss_mib"],
+                             "peak_rss_gib": result["peak_rss_gib"],
+                             "measured_step_peak_mib": result["measured_step_peak_mib"],
+                             "floor_mib": result["floor_mib"]["total_mib"],
+                             "losses": result["losses"], "phases": result["phases"]})
+    return {"bench": "train_memory_compare", "preset": args.preset, "probe": args.probe,
+            "runs": runs, **bl.machine()}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        raise SystemExit(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "
+                         f"{args.warmup}")
+    if args.compare:
+        bl.emit(compare(args, argv))
+    else:
+        bl.emit(measure(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""The fused projection + label-smoothed loss: the same loss and gradients as the loss on
+the logits, without a (B, T, V) tensor; and the Trainer's fused path equals its logits path."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import strategy_over
+
+from tfxformer import Transformer
+from tfxformer.layers.ops import matmul_last
+from tfxformer.losses import fused_label_smoothed_nll, label_smoothed_per_token
+from tfxformer.trainer import Trainer, decoder_output
+
+RNG = np.random.default_rng(3)
+B, T, D, V = 3, 5, 8, 50
+
+
+def _case(dtype=tf.float32):
+    hidden = tf.constant(RNG.normal(size=(B, T, D)), dtype)
+    embeddings = tf.Variable(RNG.normal(size=(V, D)), dtype=tf.float32)
+    labels = RNG.integers(1, V, size=(B, T))
+    labels[0, 3:] = 0  # padding
+    labels[2, 1:] = 0
+    labels = tf.constant(labels, tf.int32)
+    # Per-token sample weights, zero at the padding (as the Trainer's mask * factor).
+    weights = tf.cast(labels != 0, tf.float32) * tf.constant(
+        RNG.uniform(0.5, 2.0, size=(B, T)), tf.float32)
+    return hidden, embeddings, labels, weights
+
+
+def _loss_on_logits(hidden, embeddings, labels, weights, epsilon):
+    logits = tf.cast(matmul_last(hidden, tf.cast(embeddings, hidden.dtype), transpose_b=True),
+                     tf.float32)
+    per_token, _ = label_smoothed_per_token(labels, logits, epsilon)
+    return tf.reduce_sum(per_token * weights)
+
+
+def _value_and_grads(loss_fn, hidden, embeddings, mode):
+    def run(hidden):
+        with tf.GradientTape() as tape:
+            tape.watch(hidden)
+            loss = loss_fn(hidden) * 3.0  # an upstream gradient that is not 1
+        d_hidden, d_embeddings = tape.gradient(loss, [hidden, embeddings])
+        return loss, d_hidden, tf.convert_to_tensor(d_embeddings)
+    if mode != "eager":
+        run = tf.function(run, jit_compile=mode == "xla")
+    return [t.numpy().astype("float32") for t in run(hidden)]
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
+@pytest.mark.parametrize("epsilon", [0.1, 0.0])
+@pytest.mark.parametrize("chunk_rows", [1000, 4, 1])  # one chunk; 4 chunks of 4 (1 padded)
+def test_fused_loss_equals_loss_on_logits(mode, epsilon, chunk_rows):
+    hidden, embeddings, labels, weights = _case()
+    reference = _value_and_grads(
+        lambda h: _loss_on_logits(h, embeddings, labels, weights, epsilon),
+        hidden, embeddings, mode)
+    fused = _value_and_grads(
+        lambda h: fused_label_smoothed_nll(h, embeddings, labels, weights, epsilon,
+                                           chunk_elements=chunk_rows * V),
+        hidden, embeddings, mode)
+    for got, want in zip(fused, reference, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert np.abs(reference[1][2, 1:]).max() == 0  # padded tokens: no gradient
+
+
+def test_fused_loss_bf16_matches_loss_on_logits():
+    hidden, embeddings, labels, weights = _case(tf.bfloat16)
+    reference = _value_and_grads(
+        lambda h: _loss_on_logits(h, embeddings, labels, weights, 0.1), hidden, embeddings,
+        "graph")
+    fused = _value_and_grads(
+        lambda h: fused_label_smoothed_nll(h, embeddings, labels, weights, 0.1,
+                                           chunk_elements=4 * V),
+        hidden, embeddings, "graph")
+    assert fused[0] == pytest.approx(reference[0], rel=1e-3)
+    for got, want in zip(fused[1:], reference[1:], strict=True):
+        np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02 * np.abs(want).max())
+
+
+def test_fused_loss_holds_one_chunk_of_logits_not_all():
+    """The allocator's peak during the fused gradient stays far below one (N, V) tensor;
+    the loss on the logits needs more than one."""
+    n, depth, vocab = 2048, 32, 4096
+    hidden = tf.constant(RNG.normal(size=(n, depth)), tf.float32)
+    embeddings = tf.Variable(RNG.normal(size=(vocab, depth)) * 0.1, dtype=tf.float32)
+    labels = tf.constant(RNG.integers(1, vocab, size=(n,)), tf.int32)
+    weights = tf.ones([n])
+    logits_bytes = n * vocab * 4
+
+    def peak(loss_fn):
+        @tf.function
+        def run(hidden):
+            with tf.GradientTape() as tape:
+                tape.watch(hidden)
+                loss = loss_fn(hidden)
+            return tape.gradient(loss, [hidden, embeddings])
+        run(hidden)  # trace
+        try:
+            tf.config.experimental.reset_memory_stats("CPU:0")
+            base = tf.config.experimental.get_memory_info("CPU:0")["current"]
+        except ValueError:
+            pytest.skip("this TensorFlow's CPU allocator keeps no statistics")
+        run(hidden)
+        return tf.config.experimental.get_memory_info("CPU:0")["peak"] - base
+
+    unfused = peak(lambda h: _loss_on_logits(h[None], embeddings, labels[None],
+                                             weights[None], 0.1))
+    fused = peak(lambda h: fused_label_smoothed_nll(h, embeddings, labels, weights, 0.1,
+                                                    chunk_elements=vocab * 64))
+    assert unfused > logits_bytes
+    assert fused < logits_bytes / 4
+
+
+VOCAB = 40
+
+
+def _batch():
+    source = np.zeros((6, 7), "int32")
+    decoder_in = np.zeros((6, 5), "int32")
+    labels = np.zeros((6, 5), "int32")
+    for i in range(6):
+        n, m = 2 + i % 5, 1 + (2 * i) % 5
+        source[i, :n] = RNG.integers(4, VOCAB, n)
+        target = RNG.integers(4, VOCAB, m)
+        decoder_in[i, :m] = np.concatenate([[2], target[:-1]])
+        labels[i, :m] = target
+    return (source, decoder_in), labels
+
+
+BATCH = _batch()
+
+
+def _trainer(strategy, fused, optimizer=None, dropout=0.0):
+    with strategy.scope():
+        keras.utils.set_random_seed(1)
+        model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=dropout)
+        model.build()
+        optimizer = keras.optimizers.SGD(0.5) if optimizer is None else optimizer()
+    return Trainer(model, optimizer, strategy, label_smoothing=0.1, fused_loss=fused)
+
+
+def test_decoder_output_is_the_logits_before_the_projection():
+    trainer = _trainer(strategy_over(1), fused=True)
+    (source, decoder_in), _ = BATCH
+    model = trainer.model
+    np.testing.assert_array_equal(
+        model.embedding.logits(decoder_output(model, source, decoder_in, training=False)),
+        model((source, decoder_in), training=False))
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_trainer_fused_loss_same_loss_and_gradients(replicas):
+    strategy = strategy_over(replicas)
+    results = {}
+    for fused in (False, True):
+        trainer = _trainer(strategy, fused)
+        loss, grads = trainer.gradients(BATCH)
+        results[fused] = float(loss), [tf.convert_to_tensor(g).numpy() for g in grads]
+    assert results[True][0] == pytest.approx(results[False][0], rel=1e-6)
+    for got, want in zip(results[True][1], results[False][1], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_trainer_fused_loss_same_update_with_dropout_and_loss_scale():
+    """Dropout draws the same masks on both paths (same layers in the same order), and a
+    loss scale enters the token weights: the applied updates agree."""
+    strategy = strategy_over(1)
+    weights = {}
+    for fused in (False, True):
+        trainer = _trainer(strategy, fused, dropout=0.1, optimizer=lambda: (
+            keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.5),
+                                                initial_scale=1024.0)))
+        result = trainer.train_step(iter([BATCH]))
+        assert result["finite"]
+        weights[fused] = result["loss"], trainer.model.get_weights()
+    assert weights[True][0] == pytest.approx(weights[False][0], rel=1e-6)
+    for got, want in zip(weights[True][1], weights[False][1], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_fused_loss_needs_a_tied_projection():
+    strategy = strategy_over(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.layers.Embedding(VOCAB, 4), keras.layers.Dense(VOCAB)])
+        model.build((None, None))
+        optimizer = keras.optimizers.SGD(0.1)
+    with pytest.raises(ValueError, match="fused_loss=True needs a tfxformer Transformer"):
+        Trainer(model, optimizer, strategy)
