@@ -18,15 +18,19 @@ scripts/train_wmt.py (`tfxformer.training`) with the token cache on or off (`--c
    skips it), first batch;
 3. steady-state target tokens/s of the pipeline after a warm-up, in a child pinned to
    one core (`--core`), and in one with every core this process may use (under
-   `taskset -c 1` that is one core too: `cores` says how many). Also target tokens per
-   CPU-second of the child (`..._per_cpu_second`), less sensitive to other load.
+   `taskset -c 1` that is one core too: `cores` says how many).
+
+On a loaded machine wall times mostly measure the other load; each stage's CPU seconds
+(`stages_cpu_s`; on one core, about the time a free core would take) and the one-core
+child's target tokens per CPU-second (`target_tokens_per_cpu_second`) say more there.
 
     PYTHONPATH=$PWD nice -n 10 python bench/pipeline_speed.py --pairs 4500000 --cache on
 
 Progress (stage lines, the cache's parts) goes to stderr. Last line: JSON with pairs,
 cache, seconds_to_first_batch (cold), seconds_to_first_batch_warm, peak_rss_mib (the
 largest of the children's), target_tokens_per_second_per_core,
-target_tokens_per_second_all_cores, cores.
+target_tokens_per_second_all_cores, cores; also the by-stage wall and CPU seconds of both
+starts and the load average before and after.
 """
 
 from __future__ import annotations
@@ -108,12 +112,13 @@ def start(args, warm: bool) -> dict:
 
     config = _config(args)
     os.makedirs(config.model_dir, exist_ok=True)  # as train_and_evaluate does
-    stages, began = {}, time.perf_counter()
+    stages, cpu, began, cpu_began = {}, {}, time.perf_counter(), time.process_time()
 
-    def stage(name):
+    def stage(name):  # wall seconds, and CPU seconds of this process (less load-sensitive)
         stages[name] = round(time.perf_counter() - began - sum(stages.values()), 1)
-        logging.info("pipeline_speed: %s %s: %.1f s", "warm" if warm else "cold", name,
-                     stages[name])
+        cpu[name] = round(time.process_time() - cpu_began - sum(cpu.values()), 1)
+        logging.info("pipeline_speed: %s %s: %.1f s (%.1f CPU s)", "warm" if warm else "cold",
+                     name, stages[name], cpu[name])
 
     strategy = make_strategy(1)
     corpus = sources.load_corpus(config.data, config.src, config.tgt)
@@ -131,7 +136,7 @@ def start(args, warm: bool) -> dict:
     next(iter(training.training_dataset(config, corpus, tokenizer, 1, cache)))
     stage("first_batch")
     return {"seconds_to_first_batch": round(time.perf_counter() - began, 1),
-            "stages_s": stages, "peak_rss_mib": _rss_mib()}
+            "stages_s": stages, "stages_cpu_s": cpu, "peak_rss_mib": _rss_mib()}
 
 
 def steady(args) -> dict:
@@ -210,9 +215,9 @@ def main(argv=None) -> int:
             "bench": "pipeline_speed", "pairs": args.pairs, "cache": args.cache,
             "corpus": corpus, "vocab_size": args.vocab_size, "batch_tokens": args.batch_tokens,
             "seconds_to_first_batch": cold["seconds_to_first_batch"],
-            "stages_s": cold["stages_s"],
+            "stages_s": cold["stages_s"], "stages_cpu_s": cold["stages_cpu_s"],
             "seconds_to_first_batch_warm": warm["seconds_to_first_batch"],
-            "stages_warm_s": warm["stages_s"],
+            "stages_warm_s": warm["stages_s"], "stages_warm_cpu_s": warm["stages_cpu_s"],
             "peak_rss_mib": max(r["peak_rss_mib"] for r in (cold, warm, one, every)),
             "peak_rss_mib_by_phase": {"cold": cold["peak_rss_mib"], "warm": warm["peak_rss_mib"],
                                       "steady": one["peak_rss_mib"]},

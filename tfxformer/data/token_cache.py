@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -230,7 +231,7 @@ def build(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
     total = split.num_examples
     logger.info("Token cache: tokenizing %s pairs of %s once into %s",
                 "all" if total is None else f"{total:,}", split.origin, directory)
-    for index in range(1 << 40):
+    for index in itertools.count():
         start = index * shard_pairs
         if total is not None and start >= total and index > 0:
             break
