@@ -23,12 +23,10 @@ length filter removes) and `src_ids`, `tgt_ids` (the kept pairs' ids, concatenat
 without BOS/EOS; uint16 when the vocabulary has at most 65,536 ids, else int32), and its
 filter counts. Training holds every id in memory (2 bytes a token with uint16).
 
-Why numpy parts read into memory (and not `tf.data.Dataset.save` or TFRecord): an epoch
+Why numpy parts read into memory (and not `tf.data.Dataset.save` or TFRecords): an epoch
 then shuffles 8-byte indices instead of tensors and gathers a batch of 1024 rows in one op,
-with no per-element decoding. On 100k pairs (pinned to one core of a loaded machine, per
-CPU-second of the process) it gave 367-530k target tokens/s against 283k for
-`Dataset.save`/`load` and 259k for TFRecords of raw ids, and 168k tokenizing on the fly;
-the bucketing after the gather is then most of the cost.
+with no per-element reading or decoding; of the three it read the fastest when compared
+(issue 16's report), and the bucketing after the gather is then most of the cost.
 
 Crash safety: every file is written to a temporary name and renamed into place, and a
 cache without its `cache.json` is never used for training. A build cut short keeps its
