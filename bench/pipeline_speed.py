@@ -4,17 +4,33 @@ A WMT14-sized corpus (default 4.5 M pairs, §5.1) is made at run time in a tempo
 folder from the text in ../shared/data (never committed): each pair is, with probability
 0.6, a newstest2013/2014 pair (WMT news text), otherwise 2-3 short Tatoeba/Multi30k pairs
 joined, drawn with replacement and shuffled, so the sentence lengths come close to WMT14
-news text. Then the real path of scripts/train_wmt.py from a cold run dir: corpus checks
-(`sources.load_corpus`), vocabulary training (`training.prepare_vocabulary`, 37k pieces,
-SentencePiece sampling at most 3 M lines), the length check
-(`training.check_training_pairs`), `pipeline.train_dataset` at 25,000 tokens per batch,
-first batch. Then the steady-state target tokens/s of the pipeline, in a child process
-pinned to one core (`--core`) and in one with all cores.
+news text. Then, each in a fresh child process (its own peak RSS), the real path of
+scripts/train_wmt.py (`tfxformer.training`) with the token cache on or off (`--cache`):
 
-    PYTHONPATH=$PWD nice -n 10 python bench/pipeline_speed.py --pairs 4500000
+1. cold start, from an empty run dir: corpus checks (`sources.load_corpus`), vocabulary
+   training (`training.prepare_vocabulary`, 37k pieces, SentencePiece sampling at most
+   3 M lines), then with the cache its build (`training.prepare_token_cache`: every pair
+   tokenized once, the length check's counts from the same pass), without it the length
+   check (`training.check_training_pairs`: every pair tokenized), then the training
+   pipeline (`training.training_dataset`, 25,000 tokens per batch) to its first batch;
+2. warm start, the run dir of 1 (spm.model, and the cache if on), as a resumed run:
+   corpus checks, vocabulary read, cache read (on) or no length check (off: a resumed run
+   skips it), first batch;
+3. steady-state target tokens/s of the pipeline after a warm-up, in a child pinned to
+   one core (`--core`), and in one with every core this process may use (under
+   `taskset -c 1` that is one core too: `cores` says how many).
 
-Last line: JSON with pairs, seconds_to_first_batch, peak_rss_mib,
-target_tokens_per_second_per_core, target_tokens_per_second_all_cores, cores.
+On a loaded machine wall times mostly measure the other load; each stage's CPU seconds
+(`stages_cpu_s`; on one core, about the time a free core would take) and the one-core
+child's target tokens per CPU-second (`target_tokens_per_cpu_second`) say more there.
+
+    PYTHONPATH=$PWD nice -n 10 python bench/pipeline_speed.py --pairs 4500000 --cache on
+
+Progress (stage lines, the cache's parts) goes to stderr. Last line: JSON with pairs,
+cache, seconds_to_first_batch (cold), seconds_to_first_batch_warm, peak_rss_mib (the
+largest of the children's), target_tokens_per_second_per_core,
+target_tokens_per_second_all_cores, cores; also the by-stage wall and CPU seconds of both
+starts and the load average before and after.
 """
 
 from __future__ import annotations
@@ -22,6 +38,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import logging
 import os
 import resource
 import shutil
@@ -42,7 +59,7 @@ def _lines(path):
 
 
 def make_corpus(folder: str, pairs: int, shared: str, seed: int = 0) -> dict:
-    """Writes train.en/.de (`pairs` lines) and val.en/.de (newstest2014's first 500)."""
+    """Writes train.en/.de (`pairs` lines) and val.en/.de (newstest2014)."""
     news = [(e, d) for year in (2013, 2014) for e, d in zip(
         _lines(f"{shared}/wmt14/newstest{year}.en"), _lines(f"{shared}/wmt14/newstest{year}.de"),
         strict=True)]
@@ -75,99 +92,141 @@ def make_corpus(folder: str, pairs: int, shared: str, seed: int = 0) -> dict:
             "newstest_mean_target_words": round(float(news_words), 1)}
 
 
-def first_batch(folder: str, run_dir: str, vocab_size: int, batch_tokens: int) -> dict:
-    """The start-up of train_wmt.py up to its first training batch, timed by stage."""
+def _config(args):
     from tfxformer import training
-    from tfxformer.data import pipeline, sources
+
+    return training.TrainConfig(model_dir=args.run_dir, data=args.folder,
+                                vocab_size=args.vocab_size, batch_tokens=args.batch_tokens,
+                                eval_every=0, token_cache=args.cache == "on")
+
+
+def _rss_mib() -> int:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def start(args, warm: bool) -> dict:
+    """train_wmt.py's start-up up to its first training batch, timed by stage."""
+    from tfxformer import training
+    from tfxformer.data import sources
     from tfxformer.distribute import make_strategy
 
-    config = training.TrainConfig(model_dir=run_dir, data=folder, vocab_size=vocab_size,
-                                  batch_tokens=batch_tokens, eval_every=0)
-    os.makedirs(run_dir, exist_ok=True)  # as train_and_evaluate does
-    stages, began = {}, time.perf_counter()
+    config = _config(args)
+    os.makedirs(config.model_dir, exist_ok=True)  # as train_and_evaluate does
+    stages, cpu, began, cpu_began = {}, {}, time.perf_counter(), time.process_time()
+
+    def stage(name):  # wall seconds, and CPU seconds of this process (less load-sensitive)
+        stages[name] = round(time.perf_counter() - began - sum(stages.values()), 1)
+        cpu[name] = round(time.process_time() - cpu_began - sum(cpu.values()), 1)
+        logging.info("pipeline_speed: %s %s: %.1f s (%.1f CPU s)", "warm" if warm else "cold",
+                     name, stages[name], cpu[name])
+
     strategy = make_strategy(1)
     corpus = sources.load_corpus(config.data, config.src, config.tgt)
     training.check_splits(config, corpus)
-    stages["corpus_checks"] = time.perf_counter() - began
+    stage("corpus_checks")
     tokenizer = training.prepare_vocabulary(config, corpus, strategy, chief=True)
-    stages["vocabulary"] = time.perf_counter() - began - sum(stages.values())
-    training.check_training_pairs(config, corpus, tokenizer)
-    stages["length_check"] = time.perf_counter() - began - sum(stages.values())
-    data = pipeline.train_dataset(corpus.train.dataset(), tokenizer,
-                                  batch_tokens=config.batch_tokens,
-                                  max_length=config.max_length,
-                                  shuffle_buffer=config.shuffle_buffer, seed=config.seed)
-    next(iter(data))
-    stages["first_batch"] = time.perf_counter() - began - sum(stages.values())
+    stage("vocabulary")
+    cache = training.prepare_token_cache(config, corpus, tokenizer, strategy, chief=True)
+    if cache is not None:
+        training.check_training_pairs(config, corpus, tokenizer, cache.stats)
+        stage("token_cache")
+    elif not warm:  # a resumed run (warm) skips the length check
+        training.check_training_pairs(config, corpus, tokenizer)
+        stage("length_check")
+    next(iter(training.training_dataset(config, corpus, tokenizer, 1, cache)))
+    stage("first_batch")
     return {"seconds_to_first_batch": round(time.perf_counter() - began, 1),
-            "stages_s": {k: round(v, 1) for k, v in stages.items()},
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+            "stages_s": stages, "stages_cpu_s": cpu, "peak_rss_mib": _rss_mib()}
 
 
-def steady(folder: str, run_dir: str, batch_tokens: int, seconds: float) -> dict:
-    """Target tokens/s of `train_dataset` after a warm-up (this process's cores)."""
+def steady(args) -> dict:
+    """Target tokens/s of the training pipeline after a warm-up (this process's cores)."""
     import tensorflow as tf
 
-    from tfxformer import checkpoints
-    from tfxformer.data import pipeline, sources
+    from tfxformer import rundir, training
+    from tfxformer.data import sources
+    from tfxformer.distribute import make_strategy
 
-    tokenizer = checkpoints.load_vocabulary(os.path.join(run_dir, "spm.model"))
-    corpus = sources.load_corpus(folder, "en", "de")
-    data = pipeline.train_dataset(corpus.train.dataset(), tokenizer, batch_tokens=batch_tokens,
-                                  seed=0)
-    iterator = iter(data)
-    warm_until = time.perf_counter() + min(20.0, seconds)
+    config = _config(args)
+    corpus = sources.load_corpus(config.data, config.src, config.tgt)
+    tokenizer = rundir.load_vocabulary(os.path.join(config.model_dir, "spm.model"))
+    cache = training.prepare_token_cache(config, corpus, tokenizer, make_strategy(1), True)
+    iterator = iter(training.training_dataset(config, corpus, tokenizer, 1, cache))
+    warm_until = time.perf_counter() + min(20.0, args.seconds)
     while time.perf_counter() < warm_until:  # fills the shuffle buffer, starts the threads
         next(iterator)
-    tokens, batches, began = 0, 0, time.perf_counter()
-    while time.perf_counter() - began < seconds:
+    tokens, batches = 0, 0
+    began, cpu_began = time.perf_counter(), time.process_time()
+    while time.perf_counter() - began < args.seconds:
         _, labels = next(iterator)
         tokens += int(tf.math.count_nonzero(labels))
         batches += 1
-    elapsed = time.perf_counter() - began
-    return {"target_tokens_per_second": round(tokens / elapsed), "batches": batches,
-            "cores_used": len(os.sched_getaffinity(0))}
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+    return {"target_tokens_per_second": round(tokens / elapsed),
+            "target_tokens_per_cpu_second": round(tokens / max(cpu, 1e-9)),
+            "batches": batches, "cores_used": len(os.sched_getaffinity(0)),
+            "peak_rss_mib": _rss_mib()}
 
 
-def _child(args, core):
-    command = [sys.executable, os.path.abspath(__file__), "--steady", args.folder,
-               "--run-dir", args.run_dir, "--seconds", str(args.seconds),
-               "--batch-tokens", str(args.batch_tokens)]
+def _child(args, phase: str, core: int | None = None) -> dict:
+    command = [sys.executable, os.path.abspath(__file__), "--phase", phase,
+               "--folder", args.folder, "--run-dir", args.run_dir, "--cache", args.cache,
+               "--seconds", str(args.seconds), "--batch-tokens", str(args.batch_tokens),
+               "--vocab-size", str(args.vocab_size)]
     if core is not None:
         command = ["taskset", "-c", str(core)] + command
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    print(json.dumps({"phase": phase, "core": core, **result}), file=sys.stderr, flush=True)
+    return result
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=4_500_000)
+    parser.add_argument("--cache", choices=("on", "off"), default="on",
+                        help="train_wmt.py's --token-cache / --no-token-cache")
     parser.add_argument("--vocab-size", type=int, default=37_000)
     parser.add_argument("--batch-tokens", type=int, default=25_000)
     parser.add_argument("--seconds", type=float, default=60.0, help="steady-state window")
     parser.add_argument("--core", type=int, default=1, help="core of the one-core run")
     parser.add_argument("--shared", default=SHARED, help="the shared data folder")
-    parser.add_argument("--steady", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("cold", "warm", "steady"), help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.steady:
-        print(json.dumps(steady(args.steady, args.run_dir, args.batch_tokens, args.seconds)))
+    if args.phase:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+        result = steady(args) if args.phase == "steady" else start(args, args.phase == "warm")
+        print(json.dumps(result))
         return 0
     work = tempfile.mkdtemp(prefix="tfxformer-pipeline-")
     try:
         args.folder, args.run_dir = os.path.join(work, "corpus"), os.path.join(work, "run")
+        load_before = round(os.getloadavg()[0], 2)
         began = time.perf_counter()
         corpus = make_corpus(args.folder, args.pairs, args.shared)
         corpus["seconds_to_make"] = round(time.perf_counter() - began, 1)
-        start = first_batch(args.folder, args.run_dir, args.vocab_size, args.batch_tokens)
-        one, every = _child(args, args.core), _child(args, None)
-        print(json.dumps({"bench": "pipeline_speed", "pairs": args.pairs, "corpus": corpus,
-                          "vocab_size": args.vocab_size, "batch_tokens": args.batch_tokens,
-                          **start, "loadavg_1min": round(os.getloadavg()[0], 2),
-                          "steady_window_s": args.seconds,
-                          "target_tokens_per_second_per_core": one["target_tokens_per_second"],
-                          "target_tokens_per_second_all_cores": every["target_tokens_per_second"],
-                          "cores": every["cores_used"]}))
+        print(json.dumps({"phase": "corpus", **corpus}), file=sys.stderr, flush=True)
+        cold, warm = _child(args, "cold"), _child(args, "warm")
+        one, every = _child(args, "steady", args.core), _child(args, "steady")
+        print(json.dumps({
+            "bench": "pipeline_speed", "pairs": args.pairs, "cache": args.cache,
+            "corpus": corpus, "vocab_size": args.vocab_size, "batch_tokens": args.batch_tokens,
+            "seconds_to_first_batch": cold["seconds_to_first_batch"],
+            "stages_s": cold["stages_s"], "stages_cpu_s": cold["stages_cpu_s"],
+            "seconds_to_first_batch_warm": warm["seconds_to_first_batch"],
+            "stages_warm_s": warm["stages_s"], "stages_warm_cpu_s": warm["stages_cpu_s"],
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in (cold, warm, one, every)),
+            "peak_rss_mib_by_phase": {"cold": cold["peak_rss_mib"], "warm": warm["peak_rss_mib"],
+                                      "steady": one["peak_rss_mib"]},
+            "steady_window_s": args.seconds,
+            "target_tokens_per_second_per_core": one["target_tokens_per_second"],
+            "target_tokens_per_second_all_cores": every["target_tokens_per_second"],
+            "target_tokens_per_cpu_second": one["target_tokens_per_cpu_second"],
+            "cores": every["cores_used"],
+            "loadavg_1min": {"before": load_before, "after": round(os.getloadavg()[0], 2)}}))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -59,8 +59,9 @@ def parse_args(argv=None) -> TrainConfig:
         flag = "--" + field.name.replace("_", "-")
         kind, switch = _flag_type(hints[field.name])
         help_text = settings_as_flags(field.metadata["help"])
-        if switch:
-            parser.add_argument(flag, action="store_true", help=help_text)
+        if switch:  # --xla; or --token-cache / --no-token-cache for a default-on switch
+            action = argparse.BooleanOptionalAction if field.default else "store_true"
+            parser.add_argument(flag, action=action, default=field.default, help=help_text)
         elif field.default is dataclasses.MISSING:
             parser.add_argument(flag, type=kind, required=True, help=help_text)
         else:

@@ -114,6 +114,10 @@ def test_two_workers_train_like_one_survive_a_lost_worker_and_resume(tmp_path, c
     assert sorted(two) == sorted(single)
     for key, value in single.items():
         np.testing.assert_allclose(two[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
-    # Only the chief wrote into the run dir.
+    # Only the chief wrote into the run dir; the other worker read the chief's token cache.
     assert sorted(os.listdir(model_dir)) == ["checkpoints", "config.json", "logs", "spm.model",
-                                             "train.log"]
+                                             "token_cache", "train.log"]
+    for index in range(2):
+        assert "Token cache: using" in _read(tmp_path / f"second-{index}.log")
+    assert "Token cache: wrote" in _read(tmp_path / "first-0.log")
+    assert "Token cache: wrote" not in _read(tmp_path / "first-1.log")

@@ -8,6 +8,7 @@ plotting scripts read it, all through this module::
     checkpoints/       ckpt-<step> files and the state file `checkpoint` naming them
     averaged/          averaged weights ckpt-<step> (§6.1) and their state file
     logs/              TensorBoard scalars
+    token_cache/       the training pairs' token ids (tfxformer.data.token_cache)
     train.log          the training log
 
 One rule says which checkpoint is "the newest": the one a state file names

@@ -83,6 +83,11 @@ class TrainConfig:
     xla: bool = _setting(False, "compile the training step with XLA")
     seed: int = _setting(0, "random seed (data order, vocabulary sampling)")
     shuffle_buffer: int = _setting(100_000, "training pairs in the shuffle buffer")
+    token_cache: bool = _setting(
+        True, "tokenize the training pairs once, into token_cache/ of the run dir (rebuilt when "
+              "spm.model, the training files' size or mtime, or `max_length` change; the "
+              "length check reads its counts from it) instead of on every epoch; the same "
+              "batches either way. Off: tokenize on the fly")
     on_nonfinite: str = _setting("skip", "on a NaN/Inf loss or gradient: 'skip' the update "
                                  "or 'stop' training", choices=ON_NONFINITE)
     deterministic: bool = _setting(False, "enable TensorFlow op determinism (slower; "

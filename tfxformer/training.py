@@ -21,7 +21,7 @@ from tqdm import tqdm
 from tfxformer import checkpoints as ckpt
 from tfxformer import rundir
 from tfxformer.config import PRECISION_POLICIES
-from tfxformer.data import pipeline, sources
+from tfxformer.data import pipeline, sources, token_cache
 from tfxformer.data.tokenizer import Tokenizer, train_tokenizer
 from tfxformer.distribute import (
     barrier,
@@ -143,10 +143,18 @@ def _write_config(config: TrainConfig, model_config: dict, chief: bool,
         rundir.write_config(config.model_dir, record)
 
 
-def _data_settings(config: TrainConfig, replicas: int) -> dict:
-    """The settings that shape the training pipeline (and so its checkpointed position)."""
+def _data_settings(config: TrainConfig, replicas: int, cache=None) -> dict:
+    """The settings that shape the training pipeline (and so its checkpointed position).
+
+    With the token cache, also its key: a position in one cache's pairs is not one in
+    another's (and the cache's pipeline is not the on-the-fly one). Without it, the
+    settings are those of runs made before the cache existed, which resume as they did.
+    """
     names = ("batch_tokens", "accumulation_steps", "max_length", "shuffle_buffer", "seed")
-    return dict({name: getattr(config, name) for name in names}, replicas=replicas)
+    settings = dict({name: getattr(config, name) for name in names}, replicas=replicas)
+    if cache is not None:
+        settings["token_cache"] = cache.key
+    return settings
 
 
 def check_splits(config: TrainConfig, corpus) -> None:
@@ -158,14 +166,59 @@ def check_splits(config: TrainConfig, corpus) -> None:
                          "or set `eval_every` 0 to train without evaluation.")
 
 
-def check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer) -> None:
-    """Counts what the length filter keeps; none kept would make tf.data spin forever."""
-    stats = pipeline.count_filtered(corpus.train.dataset(), tokenizer,
-                                    max_length=config.max_length)
+def check_training_pairs(config: TrainConfig, corpus, tokenizer: Tokenizer,
+                         stats: pipeline.FilterStats | None = None) -> None:
+    """Counts what the length filter keeps (or logs `stats`, the token cache's counts);
+    none kept would make tf.data spin forever."""
+    if stats is None:
+        stats = pipeline.count_filtered(corpus.train.dataset(), tokenizer,
+                                        max_length=config.max_length)
+    else:
+        log.info("Data filter: %s", stats)
     if stats.kept == 0:
         raise ValueError(f"No training pair of {corpus.train.origin} is usable: {stats}. "
                          "Pairs need a non-empty source and target of at most `max_length` "
                          f"{config.max_length} tokens each (BOS/EOS included).")
+
+
+def prepare_token_cache(config: TrainConfig, corpus, tokenizer: Tokenizer, strategy,
+                        chief: bool) -> token_cache.TokenCache | None:
+    """The run dir's token cache of the training split: opened, or built by the chief
+    while the others wait (then they read the chief's); None without `token_cache`, or
+    when the split's files are unknown (then training tokenizes on the fly)."""
+    if not config.token_cache:
+        return None
+    if not corpus.train.files:
+        log.warning("No token cache: the files of %s are unknown, so a cache could not tell "
+                    "when they change; tokenizing on every epoch.", corpus.train.origin)
+        return None
+    options = dict(max_length=config.max_length)
+    cache = token_cache.open_or_build(corpus.train, tokenizer, config.model_dir, **options) \
+        if chief else None
+    barrier(strategy)  # the other workers read the chief's cache
+    if not chief:
+        cache = token_cache.open_cache(corpus.train, tokenizer, config.model_dir, **options)
+        if cache is None:
+            raise FileNotFoundError(
+                f"No token cache of {corpus.train.origin} in "
+                f"{os.path.join(config.model_dir, token_cache.CACHE_DIRNAME)} after the chief "
+                "built it: every worker needs the same `model_dir` and `data` files (a "
+                "shared filesystem), or train with `token_cache` off.")
+    return cache
+
+
+def training_dataset(config: TrainConfig, corpus, tokenizer: Tokenizer, replicas: int,
+                     cache: token_cache.TokenCache | None = None):
+    """The training batches of `config` over `replicas`: from `cache`, else tokenized on
+    the fly (the same batches either way)."""
+    budget = pipeline.TokenBudget(config.batch_tokens * config.accumulation_steps, replicas,
+                                  config.accumulation_steps)
+    options = dict(batch_tokens=budget.per_step, max_length=config.max_length,
+                   num_replicas=replicas, shuffle_buffer=config.shuffle_buffer,
+                   seed=config.seed)
+    if cache is not None:
+        return token_cache.train_dataset(cache, **options)
+    return pipeline.train_dataset(corpus.train.dataset(), tokenizer, **options)
 
 
 def train_and_evaluate(config: TrainConfig, *, kill_at_save_step: int | None = None,
@@ -219,19 +272,16 @@ def _run(config: TrainConfig, strategy, chief: bool, kill_at_save_step=None,
     _write_config(config, model.model_config, chief, tokenizer)
     log.info("Model %s: %s parameters", config.preset, f"{model.count_params():,}")
     replicas = strategy.num_replicas_in_sync
-    budget = pipeline.TokenBudget(config.batch_tokens * config.accumulation_steps, replicas,
-                                  config.accumulation_steps)
-    train_data = pipeline.train_dataset(
-        corpus.train.dataset(), tokenizer, batch_tokens=budget.per_step,
-        max_length=config.max_length, num_replicas=replicas,
-        shuffle_buffer=config.shuffle_buffer, seed=config.seed)
-    batches = iter(train_data)
+    cache = prepare_token_cache(config, corpus, tokenizer, strategy, chief)
+    if cache is not None:  # counted when it was built: free, so checked at every start
+        check_training_pairs(config, corpus, tokenizer, cache.stats)
+    batches = iter(training_dataset(config, corpus, tokenizer, replicas, cache))
     manager = ckpt.Manager(config.model_dir, model, optimizer, config.keep_checkpoints,
                            chief=chief, data_iterator=batches,
-                           data_settings=_data_settings(config, replicas),
+                           data_settings=_data_settings(config, replicas, cache),
                            kill_at_save_step=kill_at_save_step)
     step = manager.restore_latest()
-    if step == 0:  # every worker: one that found nothing to train on would spin forever
+    if step == 0 and cache is None:  # every worker: one that found nothing would spin forever
         check_training_pairs(config, corpus, tokenizer)
     translate_fn = make_translate_fn(model, tokenizer.spm_bytes, config.beam_size,
                                      config.alpha) if config.eval_sentences else None

@@ -9,6 +9,11 @@ Typical use::
                           batch_tokens=TokenBudget(25_000, num_replicas=R).per_step,
                           num_replicas=R)
     val = eval_dataset(corpus.val.dataset(), tokenizer, with_text=False)
+
+Or tokenize the training pairs once (`tfxformer.data.token_cache`; the same batches)::
+
+    cache = token_cache.open_or_build(corpus.train, tokenizer, run_dir, max_length=256)
+    train = token_cache.train_dataset(cache, batch_tokens=..., num_replicas=R)
 """
 
 from tfxformer.data.pipeline import (

@@ -122,8 +122,11 @@ def make_examples(src_ids: tf.RaggedTensor, tgt_ids: tf.RaggedTensor):
     return (source, decoder_input), labels
 
 
-def _tokenize_and_classify(tokenizer: Tokenizer, src, tgt, max_length: int, max_bytes: int):
+def tokenize_and_classify(tokenizer: Tokenizer, src, tgt, max_length: int, max_bytes: int):
     """Tokenizes a batch of pairs; returns (src_ids, tgt_ids, is_empty, is_too_long).
+
+    The one place where the length filter is decided: :func:`tokenize_pairs`,
+    :func:`count_filtered` and the token cache (:mod:`tfxformer.data.token_cache`) call it.
 
     Precedence: a line over `max_bytes` bytes makes the pair over-long (it is not
     tokenized); otherwise a side without tokens makes it empty; otherwise a side with
@@ -138,6 +141,11 @@ def _tokenize_and_classify(tokenizer: Tokenizer, src, tgt, max_length: int, max_
     long = tf.maximum(src_len, tgt_len) + 1 > max_length
     too_long = tf.logical_or(huge, tf.logical_and(long, tf.logical_not(empty)))
     return src_ids, tgt_ids, empty, too_long
+
+
+def line_byte_limit(max_length: int, max_line_bytes: int | None = None) -> int:
+    """UTF-8 bytes above which a line counts as over-long without being tokenized."""
+    return max_line_bytes or MAX_BYTES_PER_TOKEN * max_length
 
 
 def _check_positive(**values: int) -> None:
@@ -168,16 +176,21 @@ def tokenize_pairs(
         dataset of `((source_ids, decoder_input_ids), labels)`, 1-D int32 tensors.
     """
     _check_positive(max_length=max_length, batch_size=batch_size)
-    max_bytes = max_line_bytes or MAX_BYTES_PER_TOKEN * max_length
+    max_bytes = line_byte_limit(max_length, max_line_bytes)
 
     def tokenize(src, tgt):
-        src_ids, tgt_ids, empty, too_long = _tokenize_and_classify(
+        src_ids, tgt_ids, empty, too_long = tokenize_and_classify(
             tokenizer, src, tgt, max_length, max_bytes)
         keep = tf.logical_not(tf.logical_or(empty, too_long))
         return make_examples(tf.ragged.boolean_mask(src_ids, keep),
                              tf.ragged.boolean_mask(tgt_ids, keep))
 
     batches = pairs.batch(batch_size).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+    return unbatch_examples(batches)
+
+
+def unbatch_examples(batches: tf.data.Dataset) -> tf.data.Dataset:
+    """Rows of ragged batches of :func:`make_examples`, as plain 1-D Tensors."""
     # unbatch() yields rows typed as 0-ragged-rank RaggedTensors; an identity map retypes
     # them as plain Tensors, which padded_batch (used by the bucketing) requires.
     return batches.unbatch().map(lambda inputs, labels: (inputs, labels))
@@ -197,10 +210,10 @@ def count_filtered(
     (> 256 tokens incl. BOS/EOS) of 4500966 pairs; kept 4500843".
     """
     _check_positive(max_length=max_length, batch_size=batch_size)
-    max_bytes = max_line_bytes or MAX_BYTES_PER_TOKEN * max_length
+    max_bytes = line_byte_limit(max_length, max_line_bytes)
 
     def count(src, tgt):
-        _, _, empty, too_long = _tokenize_and_classify(tokenizer, src, tgt, max_length,
+        _, _, empty, too_long = tokenize_and_classify(tokenizer, src, tgt, max_length,
                                                        max_bytes)
         flags = tf.cast(tf.stack([tf.ones_like(empty), empty, too_long]), tf.int64)
         return tf.reduce_sum(flags, axis=1)
@@ -264,6 +277,29 @@ def batch_by_length(
     )
 
 
+def order_for_training(items: tf.data.Dataset, *, shuffle_buffer: int, seed: int | None,
+                       repeat: bool) -> tf.data.Dataset:
+    """The training order of `items` (pairs, or pair indices of a token cache): shuffled
+    with a buffer of `shuffle_buffer` (0: not shuffled), reshuffled each epoch, repeated.
+
+    tf.data's shuffle picks buffer slots from its seed alone, whatever the elements are, so
+    the pairs of a corpus and their indices `range(N)` come out in the same order; this is
+    what makes :mod:`tfxformer.data.token_cache` give the batches of :func:`train_dataset`.
+    """
+    if shuffle_buffer:
+        items = items.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    return items.repeat() if repeat else items
+
+
+def batches_for_training(examples: tf.data.Dataset, *, batch_tokens: int, max_length: int,
+                         num_replicas: int, bucket_step: int) -> tf.data.Dataset:
+    """The token-budget batches of `examples` (:func:`batch_by_length`), prefetched."""
+    plan = bucket_plan(batch_tokens, max_length, num_replicas, bucket_step)
+    logger.info("Batches: <= %d padded tokens per side and global step over %d replica(s); "
+                "(length, batch size) buckets: %s", batch_tokens, num_replicas, plan)
+    return batch_by_length(examples, plan).prefetch(tf.data.AUTOTUNE)
+
+
 def train_dataset(
     pairs: tf.data.Dataset,
     tokenizer: Tokenizer,
@@ -278,6 +314,9 @@ def train_dataset(
     max_line_bytes: int | None = None,
 ) -> tf.data.Dataset:
     """The training pipeline: shuffle, repeat, tokenize, filter, batch by length (§5.1).
+
+    Tokenizes on every epoch; :func:`tfxformer.data.token_cache.train_dataset` gives the
+    same batches from token ids saved once.
 
     Args:
         pairs: dataset of `(src, tgt)` strings, e.g. `corpus.train.dataset()`.
@@ -298,16 +337,12 @@ def train_dataset(
     Returns:
         dataset of `((source_ids, decoder_input_ids), labels)`, int32 `(B, L)` each.
     """
-    plan = bucket_plan(batch_tokens, max_length, num_replicas, bucket_step)
-    logger.info("Batches: <= %d padded tokens per side and global step over %d replica(s); "
-                "(length, batch size) buckets: %s", batch_tokens, num_replicas, plan)
-    if shuffle_buffer:
-        pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        pairs = pairs.repeat()
+    bucket_plan(batch_tokens, max_length, num_replicas, bucket_step)  # errors first
+    pairs = order_for_training(pairs, shuffle_buffer=shuffle_buffer, seed=seed, repeat=repeat)
     examples = tokenize_pairs(pairs, tokenizer, max_length=max_length,
                               max_line_bytes=max_line_bytes)
-    return batch_by_length(examples, plan).prefetch(tf.data.AUTOTUNE)
+    return batches_for_training(examples, batch_tokens=batch_tokens, max_length=max_length,
+                                num_replicas=num_replicas, bucket_step=bucket_step)
 
 
 def eval_dataset(

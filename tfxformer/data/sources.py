@@ -24,6 +24,7 @@ tf.string tensors (:meth:`ParallelSplit.dataset`) or as Python strings
 from __future__ import annotations
 
 import dataclasses
+import glob
 import gzip
 import logging
 import os
@@ -49,6 +50,8 @@ class ParallelSplit:
         src, tgt: language codes of the source and target side.
         num_examples: number of pairs, or None when unknown.
         origin: where the pairs come from (file paths or TFDS split), for logs and errors.
+        files: the files the pairs are read from (source then target file, or TFDS's
+            record files); the token cache fingerprints them. Empty when unknown.
     """
 
     name: str
@@ -58,6 +61,7 @@ class ParallelSplit:
     origin: str
     _make_dataset: Callable[[], tf.data.Dataset] = dataclasses.field(repr=False)
     _iter_pairs: Callable[[], Iterator[tuple[str, str]]] = dataclasses.field(repr=False)
+    files: tuple[str, ...] = ()
 
     def dataset(self) -> tf.data.Dataset:
         """`tf.data.Dataset` of `(src, tgt)` scalar tf.string pairs, in corpus order."""
@@ -205,7 +209,8 @@ def _text_split(name: str, src: str, tgt: str, src_path: str, tgt_path: str) -> 
         return zip(iter_lines(src_path), iter_lines(tgt_path), strict=True)
 
     origin = f"{src_path} + {tgt_path}"
-    return ParallelSplit(name, src, tgt, num, origin, make_dataset, iter_pairs)
+    return ParallelSplit(name, src, tgt, num, origin, make_dataset, iter_pairs,
+                         files=(src_path, tgt_path))
 
 
 def load_text_folder(folder: str | os.PathLike, src: str = "en", tgt: str = "de") -> Corpus:
@@ -287,7 +292,9 @@ def _tfds_split(builder, name: str, tfds_split: str, src: str, tgt: str) -> Para
             yield source.decode("utf-8"), target.decode("utf-8")
 
     origin = f"tfds {WMT14_NAME} split {tfds_split}"
-    return ParallelSplit(name, src, tgt, num, origin, make_dataset, iter_pairs)
+    # The prepared split's record files, e.g. wmt14_translate-train.tfrecord-00000-of-00016.
+    files = tuple(sorted(glob.glob(os.path.join(builder.data_dir, f"*-{tfds_split}.tfrecord*"))))
+    return ParallelSplit(name, src, tgt, num, origin, make_dataset, iter_pairs, files=files)
 
 
 def load_wmt14(
