@@ -38,7 +38,7 @@ Invalidation: `<key>` is a SHA-256 over everything the ids depend on: the vocabu
 training split, its real path, size and modification time in ns), `max_length`, the line
 byte limit, `shard_pairs` and the format version. Size and mtime, not a content hash:
 the corpus check already reads every line at each start, and a content hash would read
-the corpus (~1.3 GB for WMT14) once more; any write to a file changes its mtime. A file
+the whole corpus once more; any write to a file changes its mtime. A file
 replaced by another of the same size with its mtime kept (`cp -p`, `rsync -t`) is not
 noticed: delete `token_cache/` then. When a new cache is committed, the other entries of
 `token_cache/` (older keys, temporary files) are removed.
@@ -178,10 +178,25 @@ def _tokenize_part(split, tokenizer: Tokenizer, start: int, count: int, descript
         for piece, array in zip(pieces, arrays, strict=True):
             piece.append(array)
         counts += batch_counts
-    empty = {"src_lengths": np.int32, "tgt_lengths": np.int32}
-    arrays = {name: np.concatenate(piece) if piece else np.zeros(0, empty.get(name, np.uint16))
-              for name, piece in zip(_ARRAYS, pieces, strict=True)}
+    dtypes = {"src_lengths": np.int32, "tgt_lengths": np.int32,
+              "src_ids": dtype.as_numpy_dtype, "tgt_ids": dtype.as_numpy_dtype}
+    arrays = {name: np.concatenate(piece) if piece else np.zeros(0, dtypes[name])
+              for name, piece in zip(_ARRAYS, pieces, strict=True)}  # no pair: empty arrays
     return arrays, counts
+
+
+def _write_part(path: str, split, tokenizer: Tokenizer, start: int, description: dict,
+                key: str) -> dict:
+    """Tokenizes the part of `split` that starts at pair `start` into `path`."""
+    began = time.time()
+    arrays, counts = _tokenize_part(split, tokenizer, start, description["shard_pairs"],
+                                    description)
+    arrays.update(counts=counts, key=np.array(key), start=np.int64(start))
+    _write_atomically(path, lambda f: np.savez(f, **arrays))
+    logger.info("Token cache: wrote %s (%d pairs, %d + %d tokens) in %.1f s", path,
+                len(arrays["src_lengths"]), len(arrays["src_ids"]), len(arrays["tgt_ids"]),
+                time.time() - began)
+    return arrays
 
 
 def _read_part(path: str, key: str, start: int, sides=("src", "tgt")) -> dict | None:
@@ -243,13 +258,7 @@ def build(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
             logger.info("Token cache: reusing %s (%d pairs) of an earlier build", path,
                         len(arrays["src_lengths"]))
         else:
-            part_began = time.time()
-            arrays, counts = _tokenize_part(split, tokenizer, start, shard_pairs, description)
-            arrays.update(counts=counts, key=np.array(key), start=np.int64(start))
-            _write_atomically(path, lambda f, arrays=arrays: np.savez(f, **arrays))
-            logger.info("Token cache: wrote %s (%d pairs, %d + %d tokens) in %.1f s", path,
-                        len(arrays["src_lengths"]), len(arrays["src_ids"]),
-                        len(arrays["tgt_ids"]), time.time() - part_began)
+            arrays = _write_part(path, split, tokenizer, start, description, key)
             if on_part is not None:
                 on_part(path)
         pairs = len(arrays["src_lengths"])
