@@ -38,7 +38,7 @@ Invalidation: `<key>` is a SHA-256 over everything the ids depend on: the vocabu
 training split, its real path, size and modification time in ns), `max_length`, the line
 byte limit, `shard_pairs` and the format version. Size and mtime, not a content hash:
 the corpus check already reads every line at each start, and a content hash would read
-the corpus (~1.3 GB for WMT14) once more; any write to a file changes its mtime. A file
+the whole corpus once more; any write to a file changes its mtime. A file
 replaced by another of the same size with its mtime kept (`cp -p`, `rsync -t`) is not
 noticed: delete `token_cache/` then. When a new cache is committed, the other entries of
 `token_cache/` (older keys, temporary files) are removed.
@@ -46,6 +46,7 @@ noticed: delete `token_cache/` then. When a new cache is committed, the other en
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import itertools
@@ -177,24 +178,42 @@ def _tokenize_part(split, tokenizer: Tokenizer, start: int, count: int, descript
         for piece, array in zip(pieces, arrays, strict=True):
             piece.append(array)
         counts += batch_counts
-    empty = {"src_lengths": np.int32, "tgt_lengths": np.int32}
-    arrays = {name: np.concatenate(piece) if piece else np.zeros(0, empty.get(name, np.uint16))
-              for name, piece in zip(_ARRAYS, pieces, strict=True)}
+    dtypes = {"src_lengths": np.int32, "tgt_lengths": np.int32,
+              "src_ids": dtype.as_numpy_dtype, "tgt_ids": dtype.as_numpy_dtype}
+    arrays = {name: np.concatenate(piece) if piece else np.zeros(0, dtypes[name])
+              for name, piece in zip(_ARRAYS, pieces, strict=True)}  # no pair: empty arrays
     return arrays, counts
 
 
-def _read_part(path: str, key: str, start: int) -> dict | None:
-    """The arrays of a finished part of cache `key` starting at pair `start`, or None."""
+def _write_part(path: str, split, tokenizer: Tokenizer, start: int, description: dict,
+                key: str) -> dict:
+    """Tokenizes the part of `split` that starts at pair `start` into `path`."""
+    began = time.time()
+    arrays, counts = _tokenize_part(split, tokenizer, start, description["shard_pairs"],
+                                    description)
+    arrays.update(counts=counts, key=np.array(key), start=np.int64(start))
+    _write_atomically(path, lambda f: np.savez(f, **arrays))
+    logger.info("Token cache: wrote %s (%d pairs, %d + %d tokens) in %.1f s", path,
+                len(arrays["src_lengths"]), len(arrays["src_ids"]), len(arrays["tgt_ids"]),
+                time.time() - began)
+    return arrays
+
+
+def _read_part(path: str, key: str, start: int, sides=("src", "tgt")) -> dict | None:
+    """The arrays (of `sides`) and counts of a finished part of cache `key` that starts
+    at pair `start`, or None when the file is missing, damaged or of another cache."""
+    names = [f"{side}_{array}" for side in sides for array in ("lengths", "ids")]
     try:
         with np.load(path) as part:
-            arrays = {name: part[name] for name in (*_ARRAYS, "counts", "key", "start")}
+            arrays = {name: part[name] for name in (*names, "counts", "key", "start")}
     except _BAD_PART:
         return None
     if str(arrays["key"]) != key or int(arrays["start"]) != start:
         return None
-    if len(arrays["src_lengths"]) != len(arrays["tgt_lengths"]) or \
-            int(arrays["src_lengths"].sum()) != len(arrays["src_ids"]) or \
-            int(arrays["tgt_lengths"].sum()) != len(arrays["tgt_ids"]):
+    for side in sides:
+        if int(arrays[f"{side}_lengths"].sum()) != len(arrays[f"{side}_ids"]):
+            return None
+    if len(sides) == 2 and len(arrays["src_lengths"]) != len(arrays["tgt_lengths"]):
         return None
     return arrays
 
@@ -239,13 +258,7 @@ def build(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
             logger.info("Token cache: reusing %s (%d pairs) of an earlier build", path,
                         len(arrays["src_lengths"]))
         else:
-            part_began = time.time()
-            arrays, counts = _tokenize_part(split, tokenizer, start, shard_pairs, description)
-            arrays.update(counts=counts, key=np.array(key), start=np.int64(start))
-            _write_atomically(path, lambda f, arrays=arrays: np.savez(f, **arrays))
-            logger.info("Token cache: wrote %s (%d pairs, %d + %d tokens) in %.1f s", path,
-                        len(arrays["src_lengths"]), len(arrays["src_ids"]),
-                        len(arrays["tgt_ids"]), time.time() - part_began)
+            arrays = _write_part(path, split, tokenizer, start, description, key)
             if on_part is not None:
                 on_part(path)
         pairs = len(arrays["src_lengths"])
@@ -271,30 +284,44 @@ def build(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
     return cache
 
 
-def _load(directory: str, record: dict) -> TokenCache | None:
-    """The cache of a committed `record`, its parts read into memory; None if one is bad."""
-    column = {"src_lengths": "pairs", "tgt_lengths": "pairs", "src_ids": "src_tokens",
-              "tgt_ids": "tgt_tokens"}  # the record's size of each array, per part
-    sizes = {name: sum(p[column[name]] for p in record["parts"]) for name in _ARRAYS}
-    dtypes = {"src_lengths": np.int32, "tgt_lengths": np.int32,
-              "src_ids": np.dtype(record["ids_dtype"]), "tgt_ids": np.dtype(record["ids_dtype"])}
-    arrays = {name: np.empty(sizes[name], dtypes[name]) for name in _ARRAYS}
-    offsets = dict.fromkeys(_ARRAYS, 0)
-    start = 0
+def _load_side(directory: str, record: dict, side: str) -> tf.RaggedTensor | None:
+    """One side's ids of every part as one `(N, None)` RaggedTensor; None if a part is bad.
+
+    Each part's ids become a tensor, then one `tf.concat`: the peak memory is this side's
+    ids twice (`tf.constant` of a whole side would copy it twice more).
+    """
+    pieces, splits = [], np.zeros(record["pairs"] + 1, np.int64)
+    pair, token = 0, 0
     for part in record["parts"]:
         path = os.path.join(directory, part["file"])
-        read = _read_part(path, record["key"], start)
-        if read is None or any(len(read[name]) != part[column[name]] for name in _ARRAYS):
+        read = _read_part(path, record["key"], pair, sides=(side,))
+        if read is None or len(read[f"{side}_lengths"]) != part["pairs"] or \
+                len(read[f"{side}_ids"]) != part[f"{side}_tokens"]:
             logger.warning("Token cache: %s is missing or damaged; the cache is rebuilt", path)
             return None
-        for name in _ARRAYS:
-            arrays[name][offsets[name]:offsets[name] + len(read[name])] = read[name]
-            offsets[name] += len(read[name])
-        start += part["pairs"]
-    src, tgt = (tf.RaggedTensor.from_row_lengths(arrays[f"{side}_ids"],
-                                                 arrays[f"{side}_lengths"].astype(np.int64),
-                                                 validate=False) for side in ("src", "tgt"))
-    return TokenCache(directory, record, src, tgt)
+        pieces.append(tf.constant(read[f"{side}_ids"]))
+        rows = splits[pair + 1:pair + 1 + part["pairs"]]
+        np.cumsum(read[f"{side}_lengths"], dtype=np.int64, out=rows)
+        rows += token
+        pair, token = pair + part["pairs"], token + part[f"{side}_tokens"]
+    ids = tf.concat(pieces, axis=0) if len(pieces) > 1 else pieces[0]
+    return tf.RaggedTensor.from_row_splits(ids, tf.constant(splits), validate=False)
+
+
+def _return_freed_memory() -> None:
+    """Gives memory freed by the loading back to the OS (glibc keeps it otherwise)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _load(directory: str, record: dict) -> TokenCache | None:
+    """The cache of a committed `record`, its parts read into memory; None if one is bad."""
+    src = _load_side(directory, record, "src")
+    tgt = _load_side(directory, record, "tgt") if src is not None else None
+    _return_freed_memory()
+    return None if tgt is None else TokenCache(directory, record, src, tgt)
 
 
 def open_cache(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
