@@ -264,18 +264,9 @@ def floor_mib(params, config, args, baseline_rss_mib) -> dict:
 
 def build(args):
     """(model, optimizer, strategy) as train_speed.py builds them."""
-    import keras
+    import train_speed
 
-    from tfxformer import Transformer, TransformerSchedule, paper_adam
-    from tfxformer.distribute import make_strategy
-
-    strategy = make_strategy()
-    keras.utils.set_random_seed(0)
-    with strategy.scope():
-        model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
-        model.build()
-        optimizer = paper_adam(TransformerSchedule(model.model_config["d_model"], 4000))
-    return model, optimizer, strategy
+    return train_speed.build_model(args)
 
 
 def make_step(args, model, trainer):

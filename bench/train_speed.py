@@ -63,14 +63,13 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def build_tfxformer(args):
-    """(model config, step function) with tfxformer's real distributed train step."""
+def build_model(args):
+    """(model, optimizer, strategy): the preset under make_strategy(), seed 0, the paper's
+    Adam with the warmup-4000 schedule (also bench/train_memory.py's)."""
     import keras
-    import tensorflow as tf
 
     from tfxformer import Transformer, TransformerSchedule, paper_adam
     from tfxformer.distribute import make_strategy
-    from tfxformer.trainer import Trainer
 
     strategy = make_strategy()
     keras.utils.set_random_seed(0)
@@ -78,6 +77,16 @@ def build_tfxformer(args):
         model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
         model.build()
         optimizer = paper_adam(TransformerSchedule(model.model_config["d_model"], 4000))
+    return model, optimizer, strategy
+
+
+def build_tfxformer(args):
+    """(model config, step function) with tfxformer's real distributed train step."""
+    import tensorflow as tf
+
+    from tfxformer.trainer import Trainer
+
+    model, optimizer, strategy = build_model(args)
 
     def step_of(fused):
         trainer = Trainer(model, optimizer, strategy, label_smoothing=0.1,
