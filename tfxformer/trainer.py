@@ -311,12 +311,11 @@ def decoder_output(model, source_ids, decoder_input_ids, training=True):
     projection, i.e. `model((source_ids, decoder_input_ids))` is
     `model.embedding.logits(decoder_output(...))` (the same layers, in the same order)."""
     memory, source_mask = model.encode(source_ids, training=training)
-    return model.decoder(model.embed(decoder_input_ids, training=training), memory,
-                         memory_padding_mask=source_mask, training=training)
+    return model.decoder_output(decoder_input_ids, memory, source_mask, training=training)
 
 
 def _has_tied_projection(model) -> bool:
-    parts = ("encode", "embed", "decoder", "embedding")
+    parts = ("encode", "decoder_output", "embedding")
     return (all(hasattr(model, p) for p in parts)
             and hasattr(model.embedding, "embeddings"))
 

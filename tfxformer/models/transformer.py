@@ -128,12 +128,19 @@ class Transformer(keras.Model):
                return_attention_scores=False):
         """Teacher-forced decoding: (B, T) decoder inputs -> (B, T, V) float32 logits, or
         (logits, per-layer {"self", "cross"} weights) if asked."""
-        out = self.decoder(self.embed(target_ids, training=training), memory,
-                           memory_padding_mask=source_mask,
-                           return_attention_scores=return_attention_scores, training=training)
+        out = self.decoder_output(target_ids, memory, source_mask, training=training,
+                                  return_attention_scores=return_attention_scores)
         if return_attention_scores:
             return self.embedding.logits(out[0]), out[1]
         return self.embedding.logits(out)
+
+    def decoder_output(self, target_ids, memory, source_mask, training=False,
+                       return_attention_scores=False):
+        """:meth:`decode` before the tied output projection: (B, T, D) decoder states (the
+        training step's fused loss projects them itself, see tfxformer.losses)."""
+        return self.decoder(self.embed(target_ids, training=training), memory,
+                            memory_padding_mask=source_mask,
+                            return_attention_scores=return_attention_scores, training=training)
 
     def init_cache(self, memory, max_length=None, batch_size=None):
         """Decoder cache for up to `max_length` target positions, or a growing one with
