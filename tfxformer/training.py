@@ -203,7 +203,7 @@ def prepare_token_cache(config: TrainConfig, corpus, tokenizer: Tokenizer, strat
                 f"No token cache of {corpus.train.origin} in "
                 f"{os.path.join(config.model_dir, token_cache.CACHE_DIRNAME)} after the chief "
                 "built it: every worker needs the same `model_dir` and `data` files (a "
-                "shared filesystem), or train with `token_cache` off.")
+                "shared filesystem), or turn `token_cache` off.")
     return cache
 
 
