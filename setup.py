@@ -27,7 +27,7 @@ setup(
         "tensorflow-serving-api==2.21.*",
     ],
     extras_require={
-        "test": ["pytest>=8,<10", "hypothesis>=6.100,<7", "ruff>=0.6"],
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "hypothesis>=6.100,<7", "ruff>=0.6"],
         # gRPC client of scripts/serving_client.py (the protos are installed anyway)
         "serving": ["tensorflow-serving-api==2.21.*"],
     },

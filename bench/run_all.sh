@@ -41,7 +41,7 @@ run whatif_beam_fused_topk        bench/whatif.py --what beam --patch fused_topk
 run decode_compaction             bench/decode_compaction.py
 run complexity                    bench/complexity.py
 # CTranslate2 in the same sitting (needs `pip install ctranslate2 numpy` in some venv: CT2PY)
-CT2PY=${CT2PY:-/tmp/ct2venv/bin/python}
+CT2PY=${CT2PY:-/tmp/venv/ct2/bin/python}
 if [ -x "$CT2PY" ]; then
   PY=$CT2PY run ct2_beam4_fp32                          bench/ct2_peer.py --compute-type float32
   CT2_FORCE_CPU_ISA=AVX512 PY=$CT2PY run ct2_beam4_int8_avx512 bench/ct2_peer.py --compute-type int8
@@ -60,3 +60,5 @@ run smoke_profile                 bench/profile_ops.py $S --what beam --steps 1 
 run smoke_microbench              bench/microbench.py --small --repeats 1
 run smoke_whatif                  bench/whatif.py $S --what beam --patch fused_topk --repeats 1
 run smoke_decode_compaction       bench/decode_compaction.py $S --long-len 40 --repeats 1
+run smoke_decode_memory           bench/decode_memory.py $S
+run smoke_xla_real                bench/xla_real.py --limit 64 --repeats 1

@@ -6,4 +6,6 @@ bash scripts/setup_env.sh
 . .venv/bin/activate
 export TF_CPP_MIN_LOG_LEVEL=3
 ruff check .
-python -m pytest -q -p no:warnings tests "$@"
+# Two workers (CI has 2 cores; much of a test's time is single-threaded tracing and
+# process start-up); a file's tests stay in one worker (module fixtures are built once).
+python -m pytest -q -p no:warnings -n 2 --dist loadfile tests "$@"
