@@ -10,9 +10,15 @@ t31999". Then it times `translate_batch` on 64 sources of 24 tokens (23 random +
 with beam 4 and min = max decoding length 32 (no EOS stop), as the peers did:
 inter_threads 1, intra_threads 2; median of --repeats calls after one warm-up call.
 
+--vmap-size L turns on CTranslate2's vocabulary map (its dynamic vocabulary reduction,
+`use_vmap=True`) with a stand-in of the same cost as decode_speed.py's --shortlist-size L:
+one always-on line (empty source n-gram) holding the same pool of L - 4 ids (seed 0), so
+every batch decodes over that pool plus CT2's <unk> <s> </s>, L - 1 tokens.
+
 Needs only `pip install ctranslate2 numpy` (a separate venv is fine; no TensorFlow):
   python bench/ct2_peer.py --compute-type float32 [--beams 4|1]
   CT2_FORCE_CPU_ISA=AVX512 python bench/ct2_peer.py --compute-type int8
+  python bench/ct2_peer.py --compute-type int8 --vmap-size 4547
 Prints one JSON line.
 """
 
@@ -81,6 +87,15 @@ def build(path):
     RandomConverter().convert(path, force=True)
 
 
+def write_vmap(path, size):
+    """vmap.txt in model dir `path`: one always-on line with decode_speed.py's stand-in
+    shortlist pool (the same RNG calls: size - 4 ids from 4 .. V - 1)."""
+    rng = np.random.default_rng(0)
+    pool = rng.choice(np.arange(4, V), size - 4, replace=False)
+    with open(os.path.join(path, "vmap.txt"), "w", encoding="utf-8") as f:
+        f.write("\t" + " ".join(TOKENS[i] for i in sorted(pool)) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--compute-type", default="float32")
@@ -89,13 +104,24 @@ def main():
     ap.add_argument("--src-len", type=int, default=24)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--model-dir", default=MODEL_DIR)
+    ap.add_argument("--model-dir", default=None,
+                    help=f"where the converted model lives (default: {MODEL_DIR}, with "
+                         "_vmap<L> appended for --vmap-size)")
+    ap.add_argument("--vmap-size", type=int, default=None, metavar="L",
+                    help="use a vocabulary map of L - 1 candidates (a stand-in of "
+                         "decode_speed.py --shortlist-size L; default: none)")
     args = ap.parse_args()
+    if args.vmap_size is not None and not 4 < args.vmap_size <= V:
+        ap.error(f"--vmap-size must be in (4, {V}], got {args.vmap_size}.")
+    if args.model_dir is None:
+        args.model_dir = MODEL_DIR + ("" if args.vmap_size is None else f"_vmap{args.vmap_size}")
 
     import ctranslate2
 
     if not os.path.exists(os.path.join(args.model_dir, "model.bin")):
         build(args.model_dir)
+    if args.vmap_size is not None:
+        write_vmap(args.model_dir, args.vmap_size)
     translator = ctranslate2.Translator(args.model_dir, device="cpu",
                                         compute_type=args.compute_type, inter_threads=1,
                                         intra_threads=2)
@@ -106,7 +132,8 @@ def main():
 
     def call():
         return translator.translate_batch(source, beam_size=args.beams, max_batch_size=0,
-                                          max_decoding_length=steps, min_decoding_length=steps)
+                                          max_decoding_length=steps, min_decoding_length=steps,
+                                          use_vmap=args.vmap_size is not None)
 
     start = time.perf_counter()
     out = call()
@@ -123,6 +150,7 @@ def main():
         "from numpy)", "compute_type": args.compute_type,
         "compute_type_resolved": translator.compute_type,
         "cpu_isa_env": os.environ.get("CT2_FORCE_CPU_ISA", "(auto)"), "beams": args.beams,
+        "vmap_size": args.vmap_size,
         "batch_size": args.batch_size, "src_len": args.src_len, "decode_steps": steps,
         "out_lengths": lengths, "first_call_s": round(first, 2), "repeats": len(times),
         "call_s": {"median": round(med, 3), "min": round(min(times), 3),

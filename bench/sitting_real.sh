@@ -2,9 +2,10 @@
 # Issue 15's sitting, on a quiet machine, one run at a time (~30 min on the 2-core machine):
 #   1. the bench workload (base, random weights, 64 x 24, beam 4, 32 steps), alternating
 #      tfxformer and CTranslate2 in two rounds: fp32 vs ct2 float32, --best vs ct2 int8
-#      (its default ISA and AVX-512 forced);
+#      (its default ISA, AVX-512 forced, and with a vocabulary map of the shortlist's size);
 #   2. real text: bench/translate_real.py on test_2016_flickr and newstest2014 (shipped
-#      fp32, best = re-export + shortlist, ct2 float32, ct2 int8);
+#      fp32, best = re-export + shortlist, ct2 float32, ct2 int8) on all cores, and on
+#      test_2016_flickr pinned to core 0 (one thread each);
 #   3. XLA on real text (bench/xla_real.py) and the memory breakdown (bench/decode_memory.py).
 # Logs: bench/results/sitting_real/<name>.log (each ends with its JSON line(s)); `uptime`
 # before every run goes to bench/results/sitting_real/load.log.
@@ -36,11 +37,16 @@ for round in 1 2; do
   run "ct2_float32_$round"         "$CT2PY" bench/ct2_peer.py --compute-type float32
   run "decode_best_$round"         "$PY" bench/decode_speed.py --repeats 5 --best
   run "ct2_int8_$round"            "$CT2PY" bench/ct2_peer.py --compute-type int8
+  run "ct2_int8_vmap_$round"       "$CT2PY" bench/ct2_peer.py --compute-type int8 \
+                                       --vmap-size 4547   # = decode_speed's BEST_SHORTLIST_SIZE
   run "ct2_int8_avx512_$round"     env CT2_FORCE_CPU_ISA=AVX512 "$CT2PY" bench/ct2_peer.py \
                                        --compute-type int8
 done
 run translate_real "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats 3 \
     --sets test_2016_flickr newstest2014 \
+    --systems tfxformer-fp32 tfxformer-best ct2-float32 ct2-int8 --best-shortlist "$SHORTLIST"
+run translate_real_1core "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats 3 \
+    --sets test_2016_flickr --cpus 0 \
     --systems tfxformer-fp32 tfxformer-best ct2-float32 ct2-int8 --best-shortlist "$SHORTLIST"
 run xla_real       "$PY" bench/xla_real.py --limit 320 --repeats 3
 run decode_memory_fp32 "$PY" bench/decode_memory.py
