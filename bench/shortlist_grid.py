@@ -32,7 +32,7 @@ import sys
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODEL = os.path.join(REPO, "saved_models", "multi30k_en_de", "2")
+MODEL = os.path.join(REPO, "saved_models", "multi30k_en_de")
 DATA = os.path.join(REPO, "..", "shared", "data")
 SETS = {"test_2016_flickr": "multi30k", "newstest2014": "wmt14"}
 GRID = "20,200 20,500 20,1000 50,200 50,500 50,1000 100,200 100,500 100,1000"
@@ -93,8 +93,9 @@ def lengths(version, sets, batch_size):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=MODEL,
-                    help="SavedModel version dir to re-export (default: the shipped "
-                         "saved_models/multi30k_en_de/2; its config names the training data)")
+                    help="SavedModel (or export dir: its highest version) to re-export "
+                         "(default: the shipped saved_models/multi30k_en_de; its config "
+                         "names the training data)")
     ap.add_argument("--work-dir", default="/tmp/shortlist_grid",
                     help="where the exports go; existing ones are reused (default: %(default)s)")
     ap.add_argument("--grid", default=GRID,
@@ -106,6 +107,9 @@ def main(argv=None):
     ap.add_argument("--no-bleu", action="store_true", help="only the shortlist lengths")
     args = ap.parse_args(argv)
     grid = [tuple(int(v) for v in pair.split(",")) for pair in args.grid.split()]
+    from tfxformer.serving import resolve_model_dir
+
+    _, args.model = resolve_model_dir(args.model)  # an export dir -> its highest version
     with open(os.path.join(args.model, "assets", "config.json"), encoding="utf-8") as f:
         vocab = json.load(f)["model"]["vocab_size"]
     rows = []

@@ -1,8 +1,9 @@
 """Export a trained run dir (or re-export a SavedModel of this package) for TF Serving.
 
     python scripts/export.py --model runs/base --export-dir saved_models/en_de
-    python scripts/export.py --model saved_models/multi30k_en_de/1 \
+    python scripts/export.py --model saved_models/multi30k_en_de/3 \
         --export-dir saved_models/multi30k_en_de          # re-export with today's code
+                                  # (beam, α and limits: the source's unless flags say)
     python scripts/export.py --model runs/base --export-dir /tmp/en_de \
         --shortlist 50,500                                # with a vocabulary shortlist
 
@@ -14,6 +15,8 @@ and prints its path. See README, "Serving".
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 
 from tfxformer.decoding import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_EXTRA_LENGTH
@@ -40,22 +43,25 @@ def build_parser():
                         help="model base path for TF Serving, e.g. saved_models/en_de")
     parser.add_argument("--checkpoint", help="checkpoint prefix of a run dir (default: "
                         "newest, averaged ones first)")
-    parser.add_argument("--beam-size", type=int, default=DEFAULT_BEAM_SIZE,
-                        help="beam size of serving_default (default: %(default)s, §6.1)")
-    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                        help="length penalty α of serving_default (default: %(default)s)")
-    parser.add_argument("--max-extra-length", type=int, default=DEFAULT_EXTRA_LENGTH,
-                        help="output tokens allowed beyond the source length (default: "
-                             "%(default)s, §6.1)")
+    parser.add_argument("--beam-size", type=int,
+                        help="beam size of serving_default (default: a re-exported "
+                             f"SavedModel's, else {DEFAULT_BEAM_SIZE}, §6.1)")
+    parser.add_argument("--alpha", type=float,
+                        help="length penalty α of serving_default (default: a re-exported "
+                             f"SavedModel's, else {DEFAULT_ALPHA}, §6.1)")
+    parser.add_argument("--max-extra-length", type=int,
+                        help="output tokens allowed beyond the source length (default: a "
+                             f"re-exported SavedModel's, else {DEFAULT_EXTRA_LENGTH}, §6.1)")
     parser.add_argument("--max-input-tokens", type=int,
                         help="source tokens kept, EOS included; longer inputs are cut and "
-                             "flagged in the `truncated` output (default: the run's training "
-                             f"max_length, else {DEFAULT_MAX_INPUT_TOKENS}; at most the "
-                             "model's positions)")
+                             "flagged in the `truncated` output (default: a re-exported "
+                             "SavedModel's, else the run's training max_length, else "
+                             f"{DEFAULT_MAX_INPUT_TOKENS}; at most the model's positions)")
     parser.add_argument("--max-output-tokens", type=int,
                         help="decode limit in tokens, EOS included, whatever the source "
-                             "length (default: the run's training max_length, else "
-                             f"{DEFAULT_MAX_OUTPUT_TOKENS}; at most the model's positions)")
+                             "length (default: a re-exported SavedModel's, else the run's "
+                             f"training max_length, else {DEFAULT_MAX_OUTPUT_TOKENS}; at most "
+                             "the model's positions)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
                         help="sentences decoded together inside the graph; also the "
                              "max_batch_size of batching_parameters.txt and the tuned "
@@ -98,12 +104,30 @@ def shortlist_sizes(text):
     return per_source, frequent
 
 
+def source_decoding(kind, path):
+    """The decoding options a SavedModel was exported with (its assets/config.json), so
+    that a re-export keeps them unless a flag says otherwise; {} for a run dir."""
+    if kind != "saved_model":
+        return {}
+    with open(os.path.join(path, "assets", "config.json"), encoding="utf-8") as f:
+        return json.load(f).get("decoding", {})
+
+
 def export(args):
     """Exports as `args` says; returns the new version dir."""
-    options = dict(beam_size=args.beam_size, alpha=args.alpha,
-                   extra_length=args.max_extra_length, max_batch_size=args.batch_size,
-                   max_input_tokens=args.max_input_tokens,
-                   max_output_tokens=args.max_output_tokens)
+    kind, path = resolve_model_dir(args.model)
+    source = source_decoding(kind, path)
+
+    def pick(flag, key, default):
+        return flag if flag is not None else source.get(key, default)
+
+    options = dict(beam_size=pick(args.beam_size, "beam_size", DEFAULT_BEAM_SIZE),
+                   alpha=pick(args.alpha, "alpha", DEFAULT_ALPHA),
+                   extra_length=pick(args.max_extra_length, "extra_length",
+                                     DEFAULT_EXTRA_LENGTH),
+                   max_batch_size=args.batch_size,
+                   max_input_tokens=pick(args.max_input_tokens, "max_input_tokens", None),
+                   max_output_tokens=pick(args.max_output_tokens, "max_output_tokens", None))
     if args.shortlist is None and (args.shortlist_data or args.shortlist_max_pairs):
         raise ValueError("--shortlist-data and --shortlist-max-pairs need --shortlist K,N.")
     if args.shortlist_max_pairs is not None and args.shortlist_max_pairs < 1:
@@ -112,7 +136,6 @@ def export(args):
                    num_batch_threads=args.batch_threads, shortlist=args.shortlist,
                    shortlist_data=args.shortlist_data,
                    shortlist_max_pairs=args.shortlist_max_pairs)
-    kind, path = resolve_model_dir(args.model)
     if kind == "run_dir":
         return export_run_dir(path, args.export_dir, checkpoint=args.checkpoint, **options)
     if args.checkpoint:

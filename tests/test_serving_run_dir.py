@@ -373,11 +373,12 @@ def test_export_script_help_explains_every_flag(capsys):
 
 def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_path):
     """Limits from the flags land in the config asset; re-exporting a version's variables
-    gives a new version that translates the same."""
+    without flags keeps its decoding options and gives a new version that translates the
+    same."""
     main = load_script("export").main
     base = str(tmp_path / "export")
     assert main(["--model", run_dir[0], "--export-dir", base, "--beam-size", "2",
-                 "--max-extra-length", "3", "--max-input-tokens", "12",
+                 "--alpha", "1.3", "--max-extra-length", "3", "--max-input-tokens", "12",
                  "--batch-threads", "3"]) == 0
     first = os.path.join(base, "1")
     with open(os.path.join(first, "assets", "config.json"), encoding="utf-8") as f:
@@ -386,14 +387,18 @@ def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_pa
     with open(os.path.join(first, "assets.extra", "batching_parameters.txt"),
               encoding="utf-8") as f:
         assert "num_batch_threads { value: 3 }" in f.read()
-    assert main(["--model", first, "--export-dir", base, "--beam-size", "2",
-                 "--max-extra-length", "3", "--max-input-tokens", "12"]) == 0
+    assert main(["--model", first, "--export-dir", base]) == 0  # keeps first's options
+    with open(os.path.join(base, "2", "assets", "config.json"), encoding="utf-8") as f:
+        assert json.load(f)["decoding"] == decoding
     texts = tf.constant(["A dog runs.", "", "Zwei Männer " * 9])
     outs = [tf.saved_model.load(os.path.join(base, v)).signatures["serving_default"](text=texts)
             for v in ("1", "2")]
     for key in ("translation", "truncated"):
         assert outs[0][key].numpy().tolist() == outs[1][key].numpy().tolist()
     assert outs[0]["truncated"].numpy().tolist() == [False, False, True]
+    assert main(["--model", first, "--export-dir", base, "--alpha", "0.6"]) == 0  # a flag wins
+    with open(os.path.join(base, "3", "assets", "config.json"), encoding="utf-8") as f:
+        assert json.load(f)["decoding"] == dict(decoding, alpha=0.6)
     with pytest.raises(SystemExit) as exit_info:
         main(["--model", first, "--export-dir", base, "--checkpoint", "x"])
     assert exit_info.value.code == 2
