@@ -31,7 +31,9 @@ Vocabulary: the SentencePiece pieces of assets/spm.model in id order (<pad> <unk
 ...: CT2's default unk/bos/eos names; decoding starts with <s>).
 SentencePiece stays outside CT2: sources are encoded to pieces, cut to max_input_tokens - 1,
 then "</s>" (as our translator does); output pieces are decoded with SentencePiece.
-Decoding options as ours: beam 4, `length_penalty=0.6` (CT2 divides by ((5 + |Y|) / 6)^α
+Decoding options as ours: the SavedModel's beam size and α (its assets/config.json
+`decoding`, what serving_default runs: beam 4, α 0.6 for version 2, α 1.4 for version 3)
+as CT2's `beam_size` and `length_penalty` (CT2 divides by ((5 + |Y|) / 6)^α
 with |Y| counting the EOS, as tfxformer.decoding.length_penalty does), <pad> and <s> never
 generated (`suppress_sequences`), sentences sorted by length in batches of 64, each batch's
 `max_decoding_length` = min(max_output_tokens, longest source + extra_length) (ours is per
@@ -266,7 +268,8 @@ def ct2_worker(args):
             rows = order[b: b + BATCH]
             longest = max(len(tokens[i]) for i in rows)
             results = translator.translate_batch(
-                [tokens[i] for i in rows], beam_size=BEAM, length_penalty=ALPHA,
+                [tokens[i] for i in rows], beam_size=limits["beam_size"],
+                length_penalty=limits["alpha"],
                 max_batch_size=0, max_input_length=0, suppress_sequences=[["<pad>"], ["<s>"]],
                 max_decoding_length=min(limits["max_output_tokens"],
                                         longest + limits["extra_length"]))
@@ -302,6 +305,8 @@ def prepare(args, tmp):
     with open(os.path.join(args.model, "assets", "config.json")) as f:
         decoding = json.load(f)["decoding"]
     limits = {k: decoding[k] for k in ("max_input_tokens", "max_output_tokens", "extra_length")}
+    # CT2 decodes with the SavedModel's own beam size and length penalty (serving_default's)
+    limits.update(beam_size=decoding.get("beam_size", BEAM), alpha=decoding.get("alpha", ALPHA))
     with open(paths["limits"], "w") as f:
         json.dump(limits, f)
     if any(s.startswith("ct2") for s in args.systems):
