@@ -82,8 +82,9 @@ def fused_label_smoothed_nll(hidden, embeddings, labels, weights, label_smoothin
         chunk_elements: logits per chunk (rows = max(1, chunk_elements // V)); None: all
             rows in one chunk, without a loop. Use None under XLA: there a loop in the
             program (even one XLA removes) made XLA's CPU compiler fuse the dropout masks'
-            random number generation into their consumers: a training step of the tiny model
-            took 9x as long (the Trainer passes None with jit_compile=True); XLA plans the buffers itself.
+            random number generation into their consumers: a training step of the tiny
+            model took 9x as long (the Trainer passes None with jit_compile=True); XLA
+            plans the buffers itself.
 
     Returns:
         The float32 scalar sum(weights * per-token loss), differentiable with respect to
