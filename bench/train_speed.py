@@ -81,7 +81,14 @@ def build_model(args):
 
 
 def build_tfxformer(args):
-    """(model config, step function) with tfxformer's real distributed train step."""
+    """(model config, parameter count, step function) with tfxformer's real train step."""
+    config, params, step, _ = build_steps(args)
+    return config, params, step
+
+
+def build_steps(args):
+    """`build_tfxformer` plus the step with the loss on the logits (`Trainer(fused_loss=
+    False)`) on the same model and optimizer for `--peer logits-loss`, else None."""
     import tensorflow as tf
 
     from tfxformer.trainer import Trainer
@@ -174,10 +181,13 @@ def main(argv=None):
     args = parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         raise SystemExit("--steps must be >= 1 and --warmup >= 0")
+    if args.patch and "fused_loss" in args.patch.split(",") and args.loss == "fused":
+        raise SystemExit("--patch fused_loss replaces the loss on the logits, which the "
+                         "Trainer's fused loss does not use: add --loss logits")
     policy = bl.set_precision(args.precision)
     if args.patch:
         patches.apply(args.patch)
-    config, params, step, peer_step = build_tfxformer(args)
+    config, params, step, peer_step = build_steps(args)
     peer_name = "tfxformer, loss on the logits" if peer_step is not None else None
     if args.peer == "keras-hub":
         from kerashub_peer import make_train_step

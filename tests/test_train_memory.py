@@ -50,15 +50,16 @@ def _value_and_grads(loss_fn, hidden, embeddings, mode):
 
 @pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
 @pytest.mark.parametrize("epsilon", [0.1, 0.0])
-@pytest.mark.parametrize("chunk_rows", [1000, 4, 1])  # one chunk; 4 chunks of 4 (1 padded)
+@pytest.mark.parametrize("chunk_rows", [None, 1000, 4, 1])  # no loop; one chunk; 4 of 4 rows
 def test_fused_loss_equals_loss_on_logits(mode, epsilon, chunk_rows):
     hidden, embeddings, labels, weights = _case()
     reference = _value_and_grads(
         lambda h: _loss_on_logits(h, embeddings, labels, weights, epsilon),
         hidden, embeddings, mode)
     fused = _value_and_grads(
-        lambda h: fused_label_smoothed_nll(h, embeddings, labels, weights, epsilon,
-                                           chunk_elements=chunk_rows * V),
+        lambda h: fused_label_smoothed_nll(
+            h, embeddings, labels, weights, epsilon,
+            chunk_elements=None if chunk_rows is None else chunk_rows * V),
         hidden, embeddings, mode)
     for got, want in zip(fused, reference, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -132,13 +133,14 @@ def _batch():
 BATCH = _batch()
 
 
-def _trainer(strategy, fused, optimizer=None, dropout=0.0):
+def _trainer(strategy, fused, optimizer=None, dropout=0.0, jit_compile=False):
     with strategy.scope():
         keras.utils.set_random_seed(1)
         model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=dropout)
         model.build()
         optimizer = keras.optimizers.SGD(0.5) if optimizer is None else optimizer()
-    return Trainer(model, optimizer, strategy, label_smoothing=0.1, fused_loss=fused)
+    return Trainer(model, optimizer, strategy, label_smoothing=0.1, fused_loss=fused,
+                   jit_compile=jit_compile)
 
 
 def test_decoder_output_is_the_logits_before_the_projection():
@@ -150,12 +152,12 @@ def test_decoder_output_is_the_logits_before_the_projection():
         model((source, decoder_in), training=False))
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_trainer_fused_loss_same_loss_and_gradients(replicas):
+@pytest.mark.parametrize("replicas, jit_compile", [(1, False), (2, False), (1, True)])
+def test_trainer_fused_loss_same_loss_and_gradients(replicas, jit_compile):
     strategy = strategy_over(replicas)
     results = {}
     for fused in (False, True):
-        trainer = _trainer(strategy, fused)
+        trainer = _trainer(strategy, fused, jit_compile=jit_compile)
         loss, grads = trainer.gradients(BATCH)
         results[fused] = float(loss), [tf.convert_to_tensor(g).numpy() for g in grads]
     assert results[True][0] == pytest.approx(results[False][0], rel=1e-6)

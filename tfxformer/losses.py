@@ -79,7 +79,12 @@ def fused_label_smoothed_nll(hidden, embeddings, labels, weights, label_smoothin
             any other (pass a mask).
         weights: (B, T) or (N,) float32 per-token weights.
         label_smoothing: ε_ls.
-        chunk_elements: logits per chunk (rows = max(1, chunk_elements // V)).
+        chunk_elements: logits per chunk (rows = max(1, chunk_elements // V)); None: all
+            rows in one chunk, without a loop. Use None under XLA: there a loop in the
+            program (even one XLA removes) made XLA's CPU compiler fuse the dropout masks'
+            random number generation into their consumers: a training step of the tiny
+            model took 9x as long (the Trainer passes None with jit_compile=True); XLA
+            plans the buffers itself.
 
     Returns:
         The float32 scalar sum(weights * per-token loss), differentiable with respect to
@@ -105,42 +110,48 @@ def fused_label_smoothed_nll(hidden, embeddings, labels, weights, label_smoothin
     return fused(rows, tf.convert_to_tensor(embeddings))
 
 
+def _chunk_loss_and_gradients(h, kernel, y, w, epsilon):
+    """(loss sum, d loss / d h, d loss / d kernel as float32) of rows `h` (C, D)."""
+    logits = tf.cast(tf.matmul(h, kernel, transpose_b=True), tf.float32)  # (C, V)
+    # nll = logsumexp - logit[y] and its gradient softmax - onehot(y): one kernel.
+    nll, d_logits = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(features=logits, labels=y)
+    label_logit = tf.gather(logits, y, batch_dims=1)
+    # -mean(log_softmax) = logsumexp - mean(logits)
+    smooth = nll + label_logit - tf.reduce_mean(logits, axis=-1)
+    loss = tf.reduce_sum(w * ((1.0 - epsilon) * nll + epsilon * smooth))
+    # d loss / d logits = w * (softmax - (1 - ε) onehot - ε / V)
+    rows = tf.shape(y)[0]
+    uniform = epsilon / tf.cast(tf.shape(logits)[1], tf.float32)
+    d_logits = tf.tensor_scatter_nd_add(d_logits - uniform, tf.stack([tf.range(rows), y], 1),
+                                        tf.fill([rows], epsilon))
+    d_logits = tf.cast(d_logits * w[:, None], h.dtype)
+    d_h = tf.matmul(d_logits, kernel)  # (C, D)
+    d_kernel = tf.cast(tf.matmul(d_logits, h, transpose_a=True), tf.float32)  # (V, D)
+    return loss, d_h, d_kernel
+
+
 def _chunked_loss_and_gradients(rows, embeddings, labels, weights, epsilon, chunk_elements):
     """(loss sum, d loss / d rows, d loss / d embeddings), one chunk of rows at a time."""
-    n = tf.shape(rows)[0]
-    vocab = tf.shape(embeddings)[0]
     kernel = tf.cast(embeddings, rows.dtype)  # as SharedEmbedding.logits
-    max_rows = tf.maximum(chunk_elements // vocab, 1)
+    if chunk_elements is None:
+        loss, d_rows, d_embeddings = _chunk_loss_and_gradients(rows, kernel, labels, weights,
+                                                               epsilon)
+        return loss, d_rows, tf.cast(d_embeddings, embeddings.dtype)
+    n = tf.shape(rows)[0]
+    max_rows = tf.maximum(chunk_elements // tf.shape(embeddings)[0], 1)
     chunks = tf.maximum((n + max_rows - 1) // max_rows, 1)
     size = (n + chunks - 1) // chunks  # balanced chunks; padded rows have weight 0
     pad = chunks * size - n
     rows_p = tf.pad(rows, [[0, pad], [0, 0]])
     labels_p = tf.pad(labels, [[0, pad]])
     weights_p = tf.pad(weights, [[0, pad]])
-    uniform = epsilon / tf.cast(vocab, tf.float32)
 
     def chunk(i):
-        """(loss sum, d rows, d embeddings) of rows [i * size, (i + 1) * size)."""
+        """Rows [i * size, (i + 1) * size)."""
         start = i * size
-        h = tf.slice(rows_p, [start, 0], [size, -1])  # (C, D)
-        y = tf.slice(labels_p, [start], [size])
-        w = tf.slice(weights_p, [start], [size])
-        logits = tf.cast(tf.matmul(h, kernel, transpose_b=True), tf.float32)  # (C, V)
-        # nll = logsumexp - logit[y] and its gradient softmax - onehot(y): one kernel.
-        nll, d_logits = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(features=logits,
-                                                                       labels=y)
-        label_logit = tf.gather(logits, y, batch_dims=1)
-        # -mean(log_softmax) = logsumexp - mean(logits)
-        smooth = nll + label_logit - tf.reduce_mean(logits, axis=-1)
-        loss = tf.reduce_sum(w * ((1.0 - epsilon) * nll + epsilon * smooth))
-        # d loss / d logits = w * (softmax - (1 - ε) onehot - ε / V)
-        index = tf.stack([tf.range(size), y], axis=1)
-        d_logits = tf.tensor_scatter_nd_add(d_logits - uniform, index,
-                                            tf.fill([size], epsilon))
-        d_logits = tf.cast(d_logits * w[:, None], rows.dtype)
-        d_h = tf.matmul(d_logits, kernel)  # (C, D)
-        d_kernel = tf.cast(tf.matmul(d_logits, h, transpose_a=True), tf.float32)  # (V, D)
-        return loss, d_h, d_kernel
+        return _chunk_loss_and_gradients(
+            tf.slice(rows_p, [start, 0], [size, -1]), kernel,
+            tf.slice(labels_p, [start], [size]), tf.slice(weights_p, [start], [size]), epsilon)
 
     def body(i, loss, d_embeddings, d_rows):
         chunk_loss, d_h, d_kernel = chunk(i)

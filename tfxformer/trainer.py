@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from tfxformer.ids import PAD_ID
-from tfxformer.losses import fused_label_smoothed_nll, label_smoothed_nll
+from tfxformer.losses import FUSED_CHUNK_ELEMENTS, fused_label_smoothed_nll, label_smoothed_nll
 
 SUM = tf.distribute.ReduceOp.SUM
 _IDS = tf.TensorSpec([None, None], tf.int32)
@@ -49,7 +49,8 @@ class Trainer:
         fused_loss: compute the tied output projection and the loss together in chunks of
             rows (:func:`tfxformer.losses.fused_label_smoothed_nll`), never holding the
             (B, T, V) logits: the same loss and gradients as the loss on the logits
-            (False), at a lower peak memory (bench/README.md, "Training memory").
+            (False), at a lower peak memory (bench/README.md, "Training memory"). With
+            jit_compile the rows are one chunk (XLA plans the buffers).
 
     Batches are GLOBAL batches `((source_ids, decoder_input_ids), labels)` as
     tfxformer.data makes them. :meth:`feed` wraps a plain (checkpointable) tf.data iterator
@@ -70,6 +71,8 @@ class Trainer:
         self.label_smoothing = float(label_smoothing)
         self.accumulation_steps = int(accumulation_steps)
         self.fused_loss = bool(fused_loss)
+        # XLA: one chunk, no loop (see fused_label_smoothed_nll's chunk_elements).
+        self._chunk_elements = None if jit_compile else FUSED_CHUNK_ELEMENTS
         if self.fused_loss and not _has_tied_projection(model):
             raise ValueError(f"fused_loss=True needs a tfxformer Transformer (encode, embed, "
                              f"decoder, embedding.embeddings); got {type(model).__name__}. "
@@ -115,7 +118,7 @@ class Trainer:
                 scaled = fused_label_smoothed_nll(
                     decoder_output(self.model, source, decoder_input),
                     self.model.embedding.embeddings, labels, mask * (norm * scale),
-                    self.label_smoothing)
+                    self.label_smoothing, self._chunk_elements)
                 loss = scaled / scale
             else:
                 logits = self.model((source, decoder_input), training=True)
