@@ -15,8 +15,6 @@ and prints its path. See README, "Serving".
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 from tfxformer.decoding import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_EXTRA_LENGTH
@@ -104,30 +102,16 @@ def shortlist_sizes(text):
     return per_source, frequent
 
 
-def source_decoding(kind, path):
-    """The decoding options a SavedModel was exported with (its assets/config.json), so
-    that a re-export keeps them unless a flag says otherwise; {} for a run dir."""
-    if kind != "saved_model":
-        return {}
-    with open(os.path.join(path, "assets", "config.json"), encoding="utf-8") as f:
-        return json.load(f).get("decoding", {})
-
-
 def export(args):
     """Exports as `args` says; returns the new version dir."""
     kind, path = resolve_model_dir(args.model)
-    source = source_decoding(kind, path)
-
-    def pick(flag, key, default):
-        return flag if flag is not None else source.get(key, default)
-
-    options = dict(beam_size=pick(args.beam_size, "beam_size", DEFAULT_BEAM_SIZE),
-                   alpha=pick(args.alpha, "alpha", DEFAULT_ALPHA),
-                   extra_length=pick(args.max_extra_length, "extra_length",
-                                     DEFAULT_EXTRA_LENGTH),
-                   max_batch_size=args.batch_size,
-                   max_input_tokens=pick(args.max_input_tokens, "max_input_tokens", None),
-                   max_output_tokens=pick(args.max_output_tokens, "max_output_tokens", None))
+    # Unset decoding flags: a re-exported SavedModel's own (export_saved_model), else the
+    # defaults of export_run_dir.
+    decoding = dict(beam_size=args.beam_size, alpha=args.alpha,
+                    extra_length=args.max_extra_length, max_input_tokens=args.max_input_tokens,
+                    max_output_tokens=args.max_output_tokens)
+    options = {name: value for name, value in decoding.items() if value is not None}
+    options.update(max_batch_size=args.batch_size)
     if args.shortlist is None and (args.shortlist_data or args.shortlist_max_pairs):
         raise ValueError("--shortlist-data and --shortlist-max-pairs need --shortlist K,N.")
     if args.shortlist_max_pairs is not None and args.shortlist_max_pairs < 1:

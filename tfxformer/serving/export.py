@@ -273,14 +273,25 @@ def export_run_dir(model_dir, export_dir, beam_size=DEFAULT_BEAM_SIZE, alpha=DEF
                              num_batch_threads=num_batch_threads)
 
 
+# Decoding options a re-export takes from its source SavedModel unless given.
+INHERITED_OPTIONS = ("beam_size", "alpha", "extra_length", "max_input_tokens",
+                     "max_output_tokens")
+
+
 def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
                        num_batch_threads=None, shortlist=None, shortlist_data=None,
                        shortlist_max_pairs=None, **options):
     """Re-exports a SavedModel of this package (:func:`load_saved_model_weights`) with
     today's code, at `precision`, with a `shortlist` (K, N) built from `shortlist_data`
     (default: the training data its config asset names) or none; `options` as
-    :func:`make_translator`'s."""
+    :func:`make_translator`'s. Beam size, α, extra length and token limits not given
+    (or None) are the source's (its config asset's `decoding`)."""
     model, config, spm_bytes = load_saved_model_weights(version_dir, precision=precision)
+    source = (config or {}).get("decoding", {})
+    for name in INHERITED_OPTIONS:
+        if options.get(name) is None and source.get(name) is not None:
+            options[name] = source[name]
+    options = {name: value for name, value in options.items() if value is not None}
     table = _shortlist_for(config, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
     translator = make_translator(model, config, spm_bytes, shortlist=table, **options)
