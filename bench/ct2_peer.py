@@ -32,6 +32,7 @@ import resource
 import statistics
 import time
 
+import benchlib as bl
 import numpy as np
 
 V, D, H, FF, N = 32000, 512, 8, 2048, 6
@@ -89,9 +90,8 @@ def build(path):
 
 def write_vmap(path, size):
     """vmap.txt in model dir `path`: one always-on line with decode_speed.py's stand-in
-    shortlist pool (the same RNG calls: size - 4 ids from 4 .. V - 1)."""
-    rng = np.random.default_rng(0)
-    pool = rng.choice(np.arange(4, V), size - 4, replace=False)
+    shortlist pool (`benchlib.stand_in_pool`, the same seed)."""
+    pool = bl.stand_in_pool(np.random.default_rng(0), V, size)
     with open(os.path.join(path, "vmap.txt"), "w", encoding="utf-8") as f:
         f.write("\t" + " ".join(TOKENS[i] for i in sorted(pool)) + "\n")
 

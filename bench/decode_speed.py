@@ -127,7 +127,7 @@ def stand_in_table(args):
     if args.shortlist_size is None:
         return None
     rng = np.random.default_rng(0)
-    pool = rng.choice(np.arange(4, args.vocab_size), args.shortlist_size - 4, replace=False)
+    pool = bl.stand_in_pool(rng, args.vocab_size, args.shortlist_size)
     if pool.size == 0:
         return np.zeros([args.vocab_size, 1], np.int32)
     return rng.choice(pool, [args.vocab_size, SHORTLIST_PER_SOURCE]).astype(np.int32)
