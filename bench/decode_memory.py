@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import resource
 import sys
 
 
@@ -28,10 +27,6 @@ def rss_mib() -> float:
     """Resident set size now (statm's second field, pages)."""
     with open("/proc/self/statm") as f:
         return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
-
-
-def peak_mib() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def malloc_trim() -> bool:
@@ -62,7 +57,7 @@ def main(argv=None):
     stages["traced"] = rss_mib()
     [t.numpy() for t in fn(src)]
     stages["first_call"] = rss_mib()
-    peak_first = peak_mib()
+    peak_first = bl.peak_rss_mib()
     for _ in range(3):
         [t.numpy() for t in fn(src)]
     stages["after_4_calls"] = rss_mib()
@@ -81,7 +76,7 @@ def main(argv=None):
              "best": ds.BEST if args.best else None, "batch_size": args.batch_size,
              "src_len": args.src_len, "decode_steps": steps, "beams": args.beam_size,
              "rss_mib": stages, "delta_mib": deltas, "weights_mib": weights_mib,
-             "peak_rss_mib_after_first_call": peak_first, "peak_rss_mib": peak_mib(),
+             "peak_rss_mib_after_first_call": peak_first, "peak_rss_mib": bl.peak_rss_mib(),
              **bl.machine()})
 
 
