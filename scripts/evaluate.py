@@ -19,7 +19,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-METRICS = ("multi30k",)
+METRICS = ("multi30k", "tokenized")
 
 
 def load(model_path, checkpoint=None, precision="fp32", batch_size=64, greedy=False,
@@ -64,7 +64,10 @@ def _parser():
     parser.add_argument("--greedy", action="store_true", help="also score greedy decoding")
     parser.add_argument("--metric", choices=METRICS, action="append", default=[],
                         help="also score with this metric: multi30k = the literature's "
-                        "Multi30k BLEU (lowercased, tokenized references in DATA/tok/)")
+                        "Multi30k BLEU (lowercased, tokenized references in DATA/tok/); "
+                        "tokenized = BLEU of the output as it is against NAME.TGT, with no "
+                        "further tokenisation (multi-bleu; for a model trained on tokenized "
+                        "text, see bench/literature_setup.py)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per call "
                         "(default: %(default)s)")
     parser.add_argument("--hyp-dir", help="write each set's translations here")
@@ -79,11 +82,13 @@ def _parser():
     return parser
 
 
-def _score(hyps, references, tgt, multi30k_refs):
-    from tfxformer.bleu import compound_split_bleu, sacrebleu_scores
+def _score(hyps, references, tgt, multi30k_refs, tokenized=False):
+    from tfxformer.bleu import compound_split_bleu, sacrebleu_scores, tokenized_bleu
 
     scores = dict(**sacrebleu_scores(hyps, references),
                   bleu_compound_split=compound_split_bleu(hyps, references, tgt))
+    if tokenized:
+        scores["bleu_tokenized"] = tokenized_bleu(hyps, references)
     if multi30k_refs is not None:
         from tfxformer.bleu import multi30k_bleu
 
@@ -91,13 +96,15 @@ def _score(hyps, references, tgt, multi30k_refs):
     return scores
 
 
-def _table(rows, multi30k):
-    extra = (" multi30k |", "---|") if multi30k else ("", "")
+def _table(rows, multi30k, tokenized):
+    extra = (" multi30k |" * multi30k + " tokenized |" * tokenized,
+             "---|" * (multi30k + tokenized))
     print("\n| model | set | decoding | sacreBLEU | lowercased | chrF | compound-split |"
           + extra[0])
     print("|---|---|---|---|---|---|---|" + extra[1])
     for r in rows:
-        cell = f" {r['bleu_multi30k']:.2f} |" if multi30k else ""
+        cell = "".join(f" {r[key]:.2f} |" for key, on in
+                       (("bleu_multi30k", multi30k), ("bleu_tokenized", tokenized)) if on)
         print(f"| {r['model']} | {r['set']} | {r['decoding']} | {r['bleu']:.2f} | "
               f"{r['bleu_lowercase']:.2f} | {r['chrf']:.2f} | {r['bleu_compound_split']:.2f} |"
               + cell)
@@ -108,7 +115,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     from tfxformer.data.sources import iter_lines
 
-    multi30k = "multi30k" in args.metric
+    multi30k, tokenized = "multi30k" in args.metric, "tokenized" in args.metric
     try:
         if multi30k:
             from tfxformer.bleu import multi30k_bleu  # noqa: F401  (fail early if missing)
@@ -132,7 +139,7 @@ def main(argv=None) -> int:
                        beam_size=options["beam_size"], alpha=options["alpha"],
                        precision=args.precision, sentences=len(hyps),
                        seconds=round(seconds, 1),
-                       **_score(hyps, references, args.tgt, multi30k_refs))
+                       **_score(hyps, references, args.tgt, multi30k_refs, tokenized))
             rows.append(row)
             if args.hyp_dir:
                 os.makedirs(args.hyp_dir, exist_ok=True)
@@ -140,7 +147,7 @@ def main(argv=None) -> int:
                           encoding="utf-8") as f:
                     f.write("".join(h + "\n" for h in hyps))
             print(json.dumps(row), flush=True)
-    _table(rows, multi30k)
+    _table(rows, multi30k, tokenized)
     return 0
 
 

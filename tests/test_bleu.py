@@ -15,6 +15,7 @@ from tfxformer.bleu import (
     multi30k_tokenize,
     sacrebleu_scores,
     split_compounds,
+    tokenized_bleu,
 )
 
 NEWSTEST = os.path.join(SHARED_DATA, "wmt14", "newstest2014.de")
@@ -100,3 +101,32 @@ def test_multi30k_bleu_scores_a_hypothesis_like_multi_bleu():
     assert multi30k_bleu(hyps, refs, "de") == pytest.approx(expected)
     with pytest.raises(ValueError, match="aligned"):
         multi30k_bleu(hyps[:1], refs, "de")
+
+
+def test_tokenized_bleu_scores_the_text_as_it_is():
+    refs = ["ein mann mit einem hut .", "zwei hunde spielen im schnee ."]
+    hyps = ["ein mann mit einem hut .", "zwei hunde laufen im schnee ."]
+    assert tokenized_bleu(hyps, refs) == pytest.approx(
+        sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score)
+    # no tokenisation of its own: "hut." is one token, unlike "hut ."
+    assert tokenized_bleu(["ein mann mit einem hut."], refs[:1]) < 100
+    with pytest.raises(ValueError, match="aligned"):
+        tokenized_bleu(hyps[:1], refs)
+
+
+def test_literature_setup_writes_the_datasets_tokenized_text(tmp_path):
+    """bench/literature_setup.py: references copied from tok/, training text tokenised
+    the same way (lowercased, normalised, escaped)."""
+    out = tmp_path / "lc_tok"
+    script = os.path.join(os.path.dirname(__file__), "..", "bench", "literature_setup.py")
+    subprocess.run([sys.executable, script, "--data", MULTI30K, "--out", str(out),
+                    "--langs", "en", "de", "--splits", "val", "test_2016_flickr"],
+                   check=True, capture_output=True)
+    shipped = os.path.join(MULTI30K, "tok", "test_2016_flickr.lc.norm.tok.de")
+    assert (out / "test_2016_flickr.de").read_text(encoding="utf-8") == \
+        open(shipped, encoding="utf-8").read()
+    english = (out / "val.en").read_text(encoding="utf-8").splitlines()
+    assert len(english) == 1014 and all(line == line.lower() for line in english)
+    missing = subprocess.run([sys.executable, script, "--data", str(tmp_path / "none"),
+                              "--out", str(out)], capture_output=True, text=True)
+    assert missing.returncode == 2 and "is not a folder" in missing.stderr

@@ -116,9 +116,8 @@ def test_evaluate_script_scores_a_run_dir_in_bf16(run_dir, tmp_path, capsys):
 
 def test_evaluate_script_scores_the_multi30k_metric(run_dir, tmp_path, capsys):
     """--metric multi30k: the literature's BLEU against DATA/tok/SET.lc.norm.tok.TGT."""
-    bleu = pytest.importorskip("tfxformer.bleu")
-    if not hasattr(bleu, "multi30k_bleu"):
-        pytest.skip("tfxformer.bleu.multi30k_bleu lands with the lead's merge")
+    from tfxformer import bleu
+
     data = tmp_path / "data"
     (data / "tok").mkdir(parents=True)
     (data / "tiny.en").write_text("A dog runs.\nTwo men talk.\n")
@@ -135,6 +134,11 @@ def test_evaluate_script_scores_the_multi30k_metric(run_dir, tmp_path, capsys):
     refs = (data / "tok" / "tiny.lc.norm.tok.de").read_text().splitlines()
     assert row["bleu_multi30k"] == bleu.multi30k_bleu(hyps, refs, "de")
     assert "| multi30k |" in out and "sacreBLEU signature: nrefs:1" in out
+    assert main(args[:-4] + ["--metric", "tokenized"]) == 0
+    row = next(json.loads(line) for line in capsys.readouterr().out.splitlines()
+               if line.startswith("{"))
+    assert row["bleu_tokenized"] == bleu.tokenized_bleu(hyps, ["Ein Hund rennt.",
+                                                               "Zwei Männer reden."])
 
 
 def test_a_checkpoint_of_another_model_is_refused(run_dir, tmp_path):

@@ -80,6 +80,14 @@ def multi30k_bleu(hypotheses: list[str], references: list[str], lang: str) -> fl
                                  tokenize="none", force=True).score
 
 
+def tokenized_bleu(hypotheses: list[str], references: list[str]) -> float:
+    """Corpus BLEU of already tokenized text as it is (multi-bleu.perl: no further
+    tokenisation, case kept), e.g. the output of a model trained on `lc.norm.tok` text
+    against the `lc.norm.tok` references."""
+    _check(hypotheses, references)
+    return sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True).score
+
+
 def _check(hypotheses, references):
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references; "
