@@ -268,15 +268,16 @@ def main(argv=None):
     elif args.lengths:
         rows = []
         for length in (int(v) for v in args.lengths.split(",")):
-            row = run_calls(args, model, model.model_config, args.batch_size, length, length)
+            row = run_calls(args, model, model.model_config.to_dict(), args.batch_size, length,
+                            length)
             bl.log(f"L={length:4d}: {row['ms_per_decode_step']} ms/step, "
                    f"{row['target_tokens_per_second']} tgt tok/s, call {row['call_s']['median']} s")
             rows.append(row)
         result = {**head, "mode": "scaling", "rows": rows}
     else:
         result = {**head, "mode": "fixed",
-                  **run_calls(args, model, model.model_config, args.batch_size, args.src_len,
-                              args.decode_steps)}
+                  **run_calls(args, model, model.model_config.to_dict(), args.batch_size,
+                              args.src_len, args.decode_steps)}
     bl.emit({**result, "peak_rss_mib": bl.peak_rss_mib(), **bl.machine()})
 
 

@@ -51,9 +51,9 @@ def time_step(strategy, preset, vocab, precision, xla, rows, length, steps, warm
     keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = Transformer(**get_preset(preset, vocab_size=vocab))
+        model = Transformer(get_preset(preset, vocab_size=vocab))
         model.build()
-        optimizer = paper_adam(TransformerSchedule(model.model_config["d_model"], 4000))
+        optimizer = paper_adam(TransformerSchedule(model.model_config.d_model, 4000))
         if precision == "fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     trainer = Trainer(model, optimizer, strategy, jit_compile=xla)
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
         preset, vocab, rows, length, steps, warmup = "base", 32000, 390, 64, 20, 3
     else:
         preset, vocab, rows, length, steps, warmup = "tiny", 400, 8, 16, 3, 1
-    cfg = get_preset(preset, vocab_size=vocab)
+    cfg = get_preset(preset, vocab_size=vocab).to_dict()
     flop_kwargs = dict(vocab=vocab, d_model=cfg["d_model"], d_ff=cfg["d_ff"],
                        layers=cfg["num_layers"])
     peak = peak_tflops(args.gpu_name)

@@ -330,7 +330,7 @@ def measure(args) -> dict:
     compute_bytes = 2 if args.precision == "bf16" else 4
     measured = [r for r in phases.rows if r["phase"].startswith("step ")]
     baseline = phases.rows[0]["rss_mib"]
-    floor = floor_mib(model.count_params(), model.model_config, args, baseline)
+    floor = floor_mib(model.count_params(), model.model_config.to_dict(), args, baseline)
     peak = phases.peak_mib()
     return {
         "bench": "train_memory", "preset": args.preset, "vocab_size": args.vocab_size,
@@ -349,7 +349,7 @@ def measure(args) -> dict:
         "phases": phases.rows,
         "allocator_stats": allocator_stats(tf),
         "big_tensors_mib": {k: round(v, 1) for k, v in big_tensors(
-            model.model_config, args.batch_size, args.src_len, args.tgt_len,
+            model.model_config.to_dict(), args.batch_size, args.src_len, args.tgt_len,
             compute_bytes).items()},
         "floor_mib": {k: round(v, 1) for k, v in floor.items()},
         "peak_over_floor_mib": round(peak - floor["total_mib"], 1),

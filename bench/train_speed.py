@@ -76,7 +76,7 @@ def build_model(args):
     with strategy.scope():
         model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
         model.build()
-        optimizer = paper_adam(TransformerSchedule(model.model_config["d_model"], 4000))
+        optimizer = paper_adam(TransformerSchedule(model.model_config.d_model, 4000))
     return model, optimizer, strategy
 
 
@@ -106,7 +106,7 @@ def build_steps(args):
         return step
 
     logits_step = step_of(False) if args.peer == "logits-loss" else None
-    return (model.model_config, model.count_params(), step_of(args.loss == "fused"),
+    return (model.model_config.to_dict(), model.count_params(), step_of(args.loss == "fused"),
             logits_step)
 
 

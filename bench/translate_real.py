@@ -326,7 +326,7 @@ def prepare(args, tmp):
                     args.model, "--export-dir", os.path.join(tmp, name), "--precision",
                     precision, "--max-input-tokens", str(limits["max_input_tokens"]),
                     "--max-output-tokens", str(limits["max_output_tokens"]),
-                    "--max-extra-length", str(limits["extra_length"]), *flags], env)
+                    "--extra-length", str(limits["extra_length"]), *flags], env)
         paths[name] = out.strip().splitlines()[-1]
     log(f"limits {limits}")
     return paths, env

@@ -30,7 +30,7 @@ def main():
     data = tf.data.Dataset.from_tensor_slices(((source, decoder_in), source)).batch(32).repeat()
 
     model = Transformer.from_preset(args.preset, vocab_size=64)
-    model.compile(optimizer=paper_adam(TransformerSchedule(model.model_config["d_model"],
+    model.compile(optimizer=paper_adam(TransformerSchedule(model.model_config.d_model,
                                                            warmup_steps=100, scale=2.0)),
                   loss=LabelSmoothedCrossEntropy(0.1), metrics=[MaskedTokenAccuracy()])
     model.fit(data, steps_per_epoch=args.steps, epochs=1)

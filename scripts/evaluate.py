@@ -19,22 +19,26 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from tfxformer.config import DecodingOptions  # noqa: E402 (plain settings: no TensorFlow)
+
 METRICS = ("multi30k", "tokenized")
 
 
-def load(model_path, checkpoint=None, precision="fp32", batch_size=64, greedy=False,
+def load(model_path, checkpoint=None, precision="fp32", batch_size=None, greedy=False,
          beam_size=None, alpha=None):
     """Returns (path, {mode: translate(list[str]) -> list[str]}) for "beam" (and "greedy");
-    beam_size/alpha None = the model's own (the export's, or the run's)."""
-    from tfxformer.decoding import DEFAULT_EXTRA_LENGTH
+    beam_size/alpha None = the model's own (the export's, or the run's); batch_size None
+    = DecodingOptions'."""
     from tfxformer.serving import load_translate_fn
 
+    defaults = DecodingOptions()
+    batch_size = defaults.batch_size if batch_size is None else batch_size
     beam = load_translate_fn(model_path, beam_size=beam_size, alpha=alpha,
                              batch_size=batch_size, precision=precision, checkpoint=checkpoint)
     translators = {"beam": beam}
     if greedy:
         translators["greedy"] = load_translate_fn(
-            model_path, beam_size=1, alpha=0.0, extra_length=DEFAULT_EXTRA_LENGTH,
+            model_path, beam_size=1, alpha=0.0, extra_length=defaults.extra_length,
             batch_size=batch_size, precision=precision, checkpoint=checkpoint)
     return beam.path, translators
 
@@ -68,8 +72,8 @@ def _parser():
                         "tokenized = BLEU of the output as it is against NAME.TGT, with no "
                         "further tokenisation (multi-bleu; for a model trained on tokenized "
                         "text, see bench/literature_setup.py)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per call "
-                        "(default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=DecodingOptions().batch_size,
+                        help="sentences per call (default: %(default)s)")
     parser.add_argument("--hyp-dir", help="write each set's translations here")
     parser.add_argument("--label", default="", help="label of this model in the table")
     parser.add_argument("--beam-size", type=int, help="beam size of the beam rows (default: "

@@ -17,14 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tfxformer.decoding import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_EXTRA_LENGTH
+from tfxformer.config import DecodingOptions
 from tfxformer.serving.export import export_run_dir, export_saved_model
 from tfxformer.serving.loading import resolve_model_dir
-from tfxformer.serving.translator import (
-    DEFAULT_MAX_BATCH_SIZE,
-    DEFAULT_MAX_INPUT_TOKENS,
-    DEFAULT_MAX_OUTPUT_TOKENS,
-)
+
+DEFAULTS = DecodingOptions()
 
 
 def build_parser():
@@ -43,24 +40,24 @@ def build_parser():
                         "newest, averaged ones first)")
     parser.add_argument("--beam-size", type=int,
                         help="beam size of serving_default (default: a re-exported "
-                             f"SavedModel's, else {DEFAULT_BEAM_SIZE}, §6.1)")
+                             f"SavedModel's, else {DEFAULTS.beam_size}, §6.1)")
     parser.add_argument("--alpha", type=float,
                         help="length penalty α of serving_default (default: a re-exported "
-                             f"SavedModel's, else {DEFAULT_ALPHA}, §6.1)")
-    parser.add_argument("--max-extra-length", type=int,
+                             f"SavedModel's, else {DEFAULTS.alpha}, §6.1)")
+    parser.add_argument("--extra-length", type=int,
                         help="output tokens allowed beyond the source length (default: a "
-                             f"re-exported SavedModel's, else {DEFAULT_EXTRA_LENGTH}, §6.1)")
+                             f"re-exported SavedModel's, else {DEFAULTS.extra_length}, §6.1)")
     parser.add_argument("--max-input-tokens", type=int,
                         help="source tokens kept, EOS included; longer inputs are cut and "
                              "flagged in the `truncated` output (default: a re-exported "
                              "SavedModel's, else the run's training max_length, else "
-                             f"{DEFAULT_MAX_INPUT_TOKENS}; at most the model's positions)")
+                             f"{DEFAULTS.max_input_tokens}; at most the model's positions)")
     parser.add_argument("--max-output-tokens", type=int,
                         help="decode limit in tokens, EOS included, whatever the source "
                              "length (default: a re-exported SavedModel's, else the run's "
-                             f"training max_length, else {DEFAULT_MAX_OUTPUT_TOKENS}; at most "
+                             f"training max_length, else {DEFAULTS.max_output_tokens}; at most "
                              "the model's positions)")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
+    parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size,
                         help="sentences decoded together inside the graph; also the "
                              "max_batch_size of batching_parameters.txt and the tuned "
                              "warm-up batch size (default: %(default)s)")
@@ -108,7 +105,7 @@ def export(args):
     # Unset decoding flags: a re-exported SavedModel's own (export_saved_model), else the
     # defaults of export_run_dir.
     decoding = dict(beam_size=args.beam_size, alpha=args.alpha,
-                    extra_length=args.max_extra_length, max_input_tokens=args.max_input_tokens,
+                    extra_length=args.extra_length, max_input_tokens=args.max_input_tokens,
                     max_output_tokens=args.max_output_tokens)
     options = {name: value for name, value in decoding.items() if value is not None}
     options.update(max_batch_size=args.batch_size)

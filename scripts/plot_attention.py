@@ -18,6 +18,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from tfxformer.analysis import KINDS, plot_attention, sentence_attention  # noqa: E402
+from tfxformer.config import DecodingOptions  # noqa: E402
 from tfxformer.rundir import load_model  # noqa: E402
 from tfxformer.serving import resolve_model_dir  # noqa: E402
 
@@ -35,7 +36,8 @@ def main(argv=None):
                         help="attention kinds to draw (default: all)")
     parser.add_argument("--layers", type=int, nargs="+", metavar="I",
                         help="0-based layer indices to draw (default: all)")
-    parser.add_argument("--max-extra-length", type=int, default=50, metavar="N",
+    parser.add_argument("--extra-length", type=int, default=DecodingOptions().extra_length,
+                        metavar="N",
                         help="maximum output length = source tokens + N (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
@@ -45,7 +47,7 @@ def main(argv=None):
                              "weights; give the trained run dir it was exported from.")
         model, _, spm_bytes = load_model(path, args.checkpoint)
         attention = sentence_attention(model, spm_bytes, args.text,
-                                       extra_length=args.max_extra_length)
+                                       extra_length=args.extra_length)
         plot_attention(attention, args.output, kinds=args.kinds, layers=args.layers)
     except (FileNotFoundError, ValueError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")

@@ -6,7 +6,8 @@
 
 REST posts JSON to http://HOST:8501/v1/models/NAME[/versions/V]:predict (standard
 library only). gRPC sends a PredictRequest to HOST:8500 and needs
-`pip install tensorflow-serving-api==2.21.*`. Without decoding options the
+`pip install tensorflow-serving-api==2.21.*`; both read the default options from
+tfxformer.config, which loads without TensorFlow. Without decoding options the
 `serving_default` signature is used; with any of them, `translate_with_options`.
 Prints "score<TAB>translation" per input with --scores, else the translation.
 """
@@ -19,7 +20,9 @@ import sys
 import urllib.error
 import urllib.request
 
-DEFAULT_OPTIONS = dict(beam_size=4, alpha=0.6, extra_length=50)  # §6.1, the export default
+from tfxformer.config import DecodingOptions
+
+DEFAULT_OPTIONS = DecodingOptions().search_options()  # §6.1, the export default
 OPTION_TYPES = dict(beam_size="int32", alpha="float32", extra_length="int32")
 
 
@@ -104,7 +107,7 @@ def main(argv=None):
     parser.add_argument("--version", type=int, help="model version (default: the latest)")
     parser.add_argument("--beam-size", type=int, help="beam size (uses translate_with_options)")
     parser.add_argument("--alpha", type=float, help="length penalty α (same)")
-    parser.add_argument("--max-extra-length", type=int, help="output tokens beyond the "
+    parser.add_argument("--extra-length", type=int, help="output tokens beyond the "
                         "source length (same)")
     parser.add_argument("--scores", action="store_true", help="print score<TAB>translation")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default: 60)")
@@ -113,7 +116,7 @@ def main(argv=None):
     if not texts:
         return 0
     options = dict(beam_size=args.beam_size, alpha=args.alpha,
-                   extra_length=args.max_extra_length)
+                   extra_length=args.extra_length)
     predict = predict_rest if args.protocol == "rest" else predict_grpc
     port = args.port or (8501 if args.protocol == "rest" else 8500)
     try:

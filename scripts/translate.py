@@ -49,16 +49,21 @@ def parse_args(argv=None):
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="exported SavedModel version dir, its parent export dir (highest "
                              "version taken), or a trained run dir with checkpoints")
+    from tfxformer.config import DecodingOptions  # plain settings: no TensorFlow yet
+
+    defaults = DecodingOptions()
     parser.add_argument("--beam-size", type=_int_at_least(1), metavar="N",
-                        help="beam size, 1 = greedy (default: the export's, else 4)")
+                        help="beam size, 1 = greedy (default: the export's, else "
+                             f"{defaults.beam_size})")
     parser.add_argument("--alpha", type=_non_negative_float, metavar="A",
                         help="length penalty exponent α in ((5 + |Y|) / 6)^α, 0 = none "
-                             "(default: the export's, else 0.6)")
-    parser.add_argument("--batch-size", type=_int_at_least(1), default=32, metavar="N",
-                        help="sentences per translation call (default: %(default)s)")
-    parser.add_argument("--max-extra-length", type=_int_at_least(0), metavar="N",
+                             f"(default: the export's, else {defaults.alpha})")
+    parser.add_argument("--batch-size", type=_int_at_least(1), default=defaults.batch_size,
+                        metavar="N", help="sentences per translation call (default: "
+                        "%(default)s)")
+    parser.add_argument("--extra-length", type=_int_at_least(0), metavar="N",
                         help="maximum output length = source tokens + N "
-                             "(default: the export's, else 50)")
+                             f"(default: the export's, else {defaults.extra_length})")
     return parser, parser.parse_args(argv)
 
 
@@ -82,7 +87,7 @@ def main(argv=None):
 
     try:
         translate = load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
-                                      extra_length=args.max_extra_length,
+                                      extra_length=args.extra_length,
                                       batch_size=args.batch_size)
     except (FileNotFoundError, ValueError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")

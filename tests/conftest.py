@@ -20,7 +20,7 @@ SHARED_DATA = os.environ.get("TFXFORMER_SHARED_DATA") or os.path.abspath(
 
 @pytest.fixture
 def tiny_config():
-    """Keyword arguments of a tiny Transformer (the "tiny" preset, vocabulary of 64)."""
+    """The ModelConfig of a tiny Transformer (the "tiny" preset, vocabulary of 64)."""
     from tfxformer.config import get_preset
 
     return get_preset("tiny", vocab_size=64)

@@ -11,8 +11,7 @@ NEG_INF = -1e9
 
 
 def _limits(model, source_ids, source_mask, extra_length):
-    config = model.model_config
-    cap = int(config["max_positions"] if "max_positions" in config else config["max_length"])
+    cap = model.model_config.max_positions
     source_lengths = tf.reduce_sum(tf.cast(source_mask, tf.int32), axis=1)
     limits = tf.clip_by_value(source_lengths + extra_length, 1, cap)
     return limits, tf.clip_by_value(tf.shape(source_ids)[1] + extra_length, 1, cap)
@@ -45,7 +44,7 @@ def greedy_decode(model, source_ids, extra_length=50, static_cache=False):
 
     def body(i, tokens, finished, scores, ids, cache):
         logits, cache = model.decode_step(tokens[:, None], source_mask, cache, i,
-                                          append_cache=not static_cache)
+                                          static_cache=static_cache)
         log_probs = _log_probs(logits[:, -1])
         token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)
@@ -92,7 +91,7 @@ def beam_search(model, source_ids, beam_size, alpha, extra_length=50, static_cac
         i, alive_seq = s["i"], s["alive_seq"]
         layers = [{"self": a, "cross": c} for a, c in zip(s["cache"], cross, strict=True)]
         logits, layers = model.decode_step(tf.reshape(alive_seq[:, :, i], [-1, 1]), source_mask,
-                                           layers, i, append_cache=not static_cache, beams=k)
+                                           layers, i, static_cache=static_cache, beams=k)
         log_probs = _log_probs(logits[:, -1])
         vocab = tf.shape(log_probs)[-1]
         log_probs = tf.reshape(log_probs, [batch, k, vocab]) + s["alive_log_probs"][:, :, None]

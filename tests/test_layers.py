@@ -196,7 +196,7 @@ def test_growing_attention_cache_equals_full_self_attention():
     cache = {"key": tf.zeros((B, 2, 0, D // 2)), "value": tf.zeros((B, 2, 0, D // 2))}
     rows = []
     for t in range(T):
-        row, cache = ours.call_cached(X[:, t:t + 1], cache, t, append_cache=True)
+        row, cache = ours.call_cached(X[:, t:t + 1], cache, t, static_cache=False)
         assert cache["key"].shape[2] == t + 1
         rows.append(row.numpy())
     np.testing.assert_allclose(np.concatenate(rows, 1), full, rtol=1e-5, atol=1e-6)

@@ -25,7 +25,7 @@ PROPERTY = settings(max_examples=30, deadline=None, database=None,
 def serve(tmp_path_factory):
     """The loaded SavedModel's serving_default: list of str/bytes -> list of bytes."""
     tf.random.set_seed(11)
-    model = Transformer.from_preset("tiny", vocab_size=320, max_length=32)
+    model = Transformer.from_preset("tiny", vocab_size=320, max_positions=32)
     translator = Translator(model, train_sentencepiece(), beam_size=2, extra_length=3,
                             max_batch_size=MAX_BATCH_SIZE)
     path = export_translator(translator, str(tmp_path_factory.mktemp("export") / "tiny"))

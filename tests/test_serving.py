@@ -58,7 +58,7 @@ def spm_model():
 @pytest.fixture(scope="module")
 def translator(spm_model):
     tf.random.set_seed(3)
-    model = Transformer.from_preset("tiny", vocab_size=320, max_length=MAX_LENGTH)
+    model = Transformer.from_preset("tiny", vocab_size=320, max_positions=MAX_LENGTH)
     return Translator(model, spm_model, beam_size=3, extra_length=4, max_batch_size=3)
 
 
@@ -321,7 +321,7 @@ def test_over_long_inputs_are_cut_and_flagged(translator, spm_model):
                                                  for t in sentences]
     assert out["truncated"].numpy().tolist()[0]
     best = beam_search(translator.model, ids.to_tensor(), beam_size=4, alpha=0.6,
-                       max_length=5)  # the decode limit reaches the search
+                       max_output_length=5)  # the decode limit reaches the search
     expected = limited.detokenize(best.ids[:, 0], best.lengths[:, 0])
     assert _strings(out) == [t.decode() for t in expected.numpy()]
     with pytest.raises(ValueError, match="max_input_tokens.*0"):

@@ -63,7 +63,7 @@ def program(request):
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
     tf.random.set_seed(5)
-    model = Transformer.from_preset("tiny", vocab_size=320, max_length=32)
+    model = Transformer.from_preset("tiny", vocab_size=320, max_positions=32)
     translator = Translator(model, train_sentencepiece(), beam_size=2, extra_length=3,
                             max_batch_size=3)
     return translator, export_translator(translator, str(tmp_path_factory.mktemp("cpp") / "m"))

@@ -28,7 +28,7 @@ from tfxformer.serving import (
 
 
 def _tiny(**overrides):
-    return Transformer.from_preset("tiny", vocab_size=320, max_length=40, **overrides)
+    return Transformer.from_preset("tiny", vocab_size=320, max_positions=40, **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def run_dir(spm_model, tmp_path_factory):
                                checkpoint_name="ckpt").save(checkpoint_number=3)
     (path / "spm.model").write_bytes(spm_model)
     (path / "config.json").write_text(json.dumps(
-        {"model": model.model_config, "src": "en", "tgt": "de", "max_length": 40}))
+        {"model": model.model_config.to_dict(), "src": "en", "tgt": "de", "max_length": 40}))
     return str(path), model
 
 
@@ -382,7 +382,7 @@ def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_pa
     main = load_script("export").main
     base = str(tmp_path / "export")
     assert main(["--model", run_dir[0], "--export-dir", base, "--beam-size", "2",
-                 "--alpha", "1.3", "--max-extra-length", "3", "--max-input-tokens", "12",
+                 "--alpha", "1.3", "--extra-length", "3", "--max-input-tokens", "12",
                  "--batch-threads", "3"]) == 0
     first = os.path.join(base, "1")
     with open(os.path.join(first, "assets", "config.json"), encoding="utf-8") as f:

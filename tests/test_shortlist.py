@@ -39,7 +39,7 @@ PARTIAL = [0, 1, 2, 3, 5, 8, 13, 17, 21, 22, 30, 39]
 @pytest.fixture(scope="module")
 def model():
     tf.random.set_seed(7)
-    model = Transformer.from_preset("tiny", vocab_size=VOCAB, max_length=32)
+    model = Transformer.from_preset("tiny", vocab_size=VOCAB, max_positions=32)
     model.build()
     return model
 
@@ -160,7 +160,7 @@ def test_a_whole_vocabulary_shortlist_changes_nothing_in_bfloat16():
     tf.random.set_seed(7)
     from tfxformer.config import get_preset
 
-    model = Transformer(**get_preset("tiny", vocab_size=VOCAB), dtype="mixed_bfloat16")
+    model = Transformer(get_preset("tiny", vocab_size=VOCAB), dtype="mixed_bfloat16")
     assert model.compute_dtype == "bfloat16"
     full = beam_search(model, SOURCE, beam_size=2, extra_length=4)
     listed = beam_search(model, SOURCE, beam_size=2, extra_length=4, shortlist=range(VOCAB))
@@ -177,7 +177,7 @@ def _masked_start(model, source, beams, allowed):
         logits, cache = start.step_fn(ids, index, cache, context)
         return tf.where(outside, NEG_INF, logits[:, -1]), cache
 
-    return DecodeStart(step_fn, start.cache, start.context, start.limits, start.max_length)
+    return DecodeStart(step_fn, start.cache, start.context, start.limits, start.output_columns)
 
 
 def test_a_partial_shortlist_is_the_full_search_restricted_to_it(model):
@@ -262,7 +262,7 @@ def spm_table(spm_model):
 @pytest.fixture(scope="module")
 def translators(spm_model, spm_table):
     tf.random.set_seed(3)
-    model = Transformer.from_preset("tiny", vocab_size=320, max_length=48)
+    model = Transformer.from_preset("tiny", vocab_size=320, max_positions=48)
     options = dict(beam_size=3, extra_length=4, max_batch_size=3)
     return (Translator(model, spm_model, **options),
             Translator(model, spm_model, shortlist=spm_table, **options))
@@ -367,14 +367,14 @@ def run_dir_with_data(spm_model, tmp_path_factory):
             with open(os.path.join(DATA, "multi30k", f"train.{lang}"), encoding="utf-8") as f:
                 (data / f"{split}.{lang}").write_text("".join(next(f) for _ in range(lines)))
     run = root / "run"
-    model = Transformer.from_preset("tiny", vocab_size=320, max_length=40)
+    model = Transformer.from_preset("tiny", vocab_size=320, max_positions=40)
     model.build()
     checkpoint = tf.train.Checkpoint(model=model)
     tf.train.CheckpointManager(checkpoint, str(run / "checkpoints"), max_to_keep=1,
                                checkpoint_name="ckpt").save(checkpoint_number=1)
     (run / "spm.model").write_bytes(spm_model)
     (run / "config.json").write_text(json.dumps(
-        {"model": model.model_config, "src": "en", "tgt": "de", "max_length": 40,
+        {"model": model.model_config.to_dict(), "src": "en", "tgt": "de", "max_length": 40,
          "train": {"data": str(data)}}))
     return str(run), str(data)
 

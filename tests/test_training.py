@@ -101,7 +101,7 @@ def test_train_flags_come_from_the_config_fields(capsys):
                                    "--dropout", "0.2", "--xla", "--cpu-devices", "2"])
     assert (config.max_length, config.dropout, config.xla, config.cpu_devices) == \
         (100, 0.2, True, 2)
-    assert config.max_positions is None and config.model_kwargs()["vocab_size"] == 37_000
+    assert config.max_positions is None and config.model_config().vocab_size == 37_000
     with pytest.raises(SystemExit):
         train_wmt.parse_args(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
@@ -110,8 +110,7 @@ def test_train_flags_come_from_the_config_fields(capsys):
 
 
 def _positions(config):
-    kwargs = config.model_kwargs()
-    return kwargs["max_positions"] if "max_positions" in kwargs else kwargs["max_length"]
+    return config.model_config().max_positions
 
 
 def test_the_position_table_size_is_explicit():

@@ -31,15 +31,30 @@ def test_preset_parameter_counts_match_table_3(preset, paper_millions):
 
 
 def test_presets_are_table_3():
-    assert tfxformer.get_preset("base") | {} == tfxformer.get_preset("base")
     base, big = tfxformer.get_preset("base"), tfxformer.get_preset("big")
-    assert (base["num_layers"], base["d_model"], base["d_ff"], base["num_heads"],
-            base["dropout"]) == (6, 512, 2048, 8, 0.1)
-    assert (big["num_layers"], big["d_model"], big["d_ff"], big["num_heads"],
-            big["dropout"]) == (6, 1024, 4096, 16, 0.3)
-    assert base["norm_first"] is False and base["position_embedding"] == "sinusoidal"
+    assert (base.num_layers, base.d_model, base.d_ff, base.num_heads,
+            base.dropout) == (6, 512, 2048, 8, 0.1)
+    assert (big.num_layers, big.d_model, big.d_ff, big.num_heads,
+            big.dropout) == (6, 1024, 4096, 16, 0.3)
+    assert base.norm_first is False and base.position_embedding == "sinusoidal"
+    assert base == tfxformer.ModelConfig()  # the defaults are the base model
     defaults = Transformer(vocab_size=10).get_config()
-    assert {k: defaults[k] for k in base} == base  # constructor defaults are the base model
+    assert {k: defaults[k] for k in base.to_dict()} == base.replace(vocab_size=10).to_dict()
+
+
+def test_model_config_round_trips_and_names_bad_settings():
+    config = tfxformer.get_preset("tiny", vocab_size=VOCAB, norm_first=True)
+    assert tfxformer.ModelConfig.from_dict(config.to_dict()) == config
+    model = Transformer(config)
+    assert model.model_config == config
+    assert Transformer.from_config(model.get_config()).model_config == config
+    assert Transformer(config, d_model=64).model_config == config.replace(d_model=64)
+    with pytest.raises(ValueError, match="`num_layers` must be an integer >= 1, got 0"):
+        config.replace(num_layers=0)
+    with pytest.raises(ValueError, match="`dropout` must be a number in \\[0.0, 1.0\\]"):
+        tfxformer.ModelConfig(dropout=1.5)
+    with pytest.raises(ValueError, match="position_embedding.*'rotary'.*accepted"):
+        tfxformer.ModelConfig(position_embedding="rotary")
 
 
 def test_unknown_preset_and_argument_are_named():
@@ -83,7 +98,7 @@ def test_cached_step_by_step_logits_equal_teacher_forced(position_embedding):
     def step(ids, cache, index):
         return model.decode_step(ids, source_mask, cache, index)
 
-    cache = model.init_cache(memory, max_length=8)
+    cache = model.init_cache(memory, cache_length=8)
     steps = []
     for t in range(TARGET.shape[1]):
         logits, cache = step(TARGET[:, t:t + 1], cache, tf.constant(t))
@@ -153,13 +168,13 @@ def test_decode_step_always_returns_logits_and_cache_and_beams_share_the_memory(
     memory, source_mask = model.encode(SOURCE)
     beams = 3
     ids = np.array([[2], [11], [12], [2], [15], [16]], "int32")  # (B * beams, 1)
-    shared = model.init_cache(memory, max_length=4, batch_size=2 * beams)
+    shared = model.init_cache(memory, cache_length=4, batch_size=2 * beams)
     out = model.decode_step(ids, source_mask, shared, 0, beams=beams)
     assert isinstance(out, tuple) and len(out) == 2
     logits, cache = out
     assert logits.shape == (2 * beams, 1, VOCAB) and logits.dtype == tf.float32
     tiled_memory = tf.repeat(memory, beams, axis=0)
-    tiled = model.init_cache(tiled_memory, max_length=4)
+    tiled = model.init_cache(tiled_memory, cache_length=4)
     want, _ = model.decode_step(ids, tf.repeat(source_mask, beams, axis=0), tiled, 0)
     np.testing.assert_allclose(logits.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
     assert cache[0]["cross"]["key"].shape[0] == 2  # the memory stays one row per sentence
@@ -178,16 +193,17 @@ def test_mixed_precision_functional_model_declares_the_real_dtype():
     assert functional((SOURCE, TARGET)).dtype == functional.outputs[0].dtype
 
 
-def test_old_name_max_length_still_builds_the_model():
+def test_old_name_max_length_is_upgraded_when_a_config_is_read():
     config = _tiny(max_positions=40).get_config()
     assert config["max_positions"] == 40 and "max_length" not in config
     old = {**config, "max_length": 40}
     del old["max_positions"]
-    assert Transformer.from_config(old).model_config["max_positions"] == 40
-    assert Transformer(vocab_size=VOCAB, max_length=48).model_config["max_positions"] == 48
-    assert tfxformer.get_preset("tiny", max_length=24)["max_positions"] == 24
-    with pytest.raises(ValueError, match="max_positions.*max_length.*not both"):
-        Transformer.from_config({**config, "max_length": 40})
+    assert Transformer.from_config(old).model_config.max_positions == 40
+    assert Transformer.from_config({**config, "max_length": 40}).model_config.max_positions == 40
+    with pytest.raises(ValueError, match="max_positions.*40.*max_length.*41.*give one"):
+        Transformer.from_config({**config, "max_length": 41})
+    with pytest.raises(ValueError, match="Unknown ModelConfig setting.*max_length"):
+        Transformer.from_preset("tiny", vocab_size=VOCAB, max_length=48)
 
 
 def test_checkpoint_written_by_the_old_layer_layout_restores():

@@ -55,10 +55,10 @@ def test_every_weight_maps_to_the_ct2_spec(tiny_config):
 
     # Keras paths start with the model's name; an unnamed one becomes "transformer_<n>"
     # once other tests have made models, so name it as the SavedModel's model is named.
-    model = Transformer(**tiny_config, name="transformer")
+    model = Transformer(tiny_config, name="transformer")
     model.build()
     weights = _Seen({w.path: w.numpy() for w in model.weights})
-    d, layers = tiny_config["d_model"], tiny_config["num_layers"]
+    d, layers = tiny_config.d_model, tiny_config.num_layers
     bench = _bench()
     specs = {}
     for kind, norm in (("encoder", "attention_block"), ("decoder", "self_attention_block")):
@@ -72,4 +72,4 @@ def test_every_weight_maps_to_the_ct2_spec(tiny_config):
         qkv[d: 2 * d], weights["transformer/encoder/layer_0/self_attention/key_kernel"].T)
     kv = specs["decoder", 1].attention.linear[1]
     assert kv.weight.shape == (2 * d, d) and kv.bias.shape == (2 * d,)
-    assert specs["decoder", 0].ffn.linear_0.weight.shape == (tiny_config["d_ff"], d)
+    assert specs["decoder", 0].ffn.linear_0.weight.shape == (tiny_config.d_ff, d)

@@ -1,25 +1,217 @@
-"""Model presets: the paper's Table 3 (base, big) and small ones for tests and demos.
+"""The model and decoding settings, each a frozen dataclass with its defaults written once.
 
-Presets are data. :func:`get_preset` is the one place that resolves a preset name
-(plus overrides) into the keyword arguments of :class:`tfxformer.Transformer`.
+:class:`ModelConfig` is the architecture (its defaults: the paper's base model, Table 3);
+presets are `ModelConfig` instances and :func:`get_preset` resolves a preset name plus
+overrides into one. :class:`DecodingOptions` is how a model translates (§6.1: beam 4,
+α 0.6, output up to the source length + 50). Both round-trip through JSON
+(`to_dict` / `from_dict`), which is how run dirs and SavedModels store them.
+
+This module imports nothing heavy (no TensorFlow), so a client script can use it.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 
-# Table 3 of "Attention Is All You Need". `dropout` is P_drop (§5.4); label smoothing
-# (ε_ls = 0.1 for both) is a training setting, see tfxformer.losses.
-PRESETS: dict[str, dict] = {
-    "base": dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout=0.1),
-    "big": dict(num_layers=6, d_model=1024, num_heads=16, d_ff=4096, dropout=0.3),
+from tfxformer import checks
+
+# Names that model settings had in files written by earlier versions (run dirs'
+# config.json, SavedModel assets, .keras files): read as the new name, never written.
+_OLD_MODEL_NAMES = {"max_length": "max_positions"}
+_OLD_DECODING_NAMES = {"max_batch_size": "batch_size", "max_input_length": "max_input_tokens"}
+POSITION_EMBEDDINGS = ("sinusoidal", "learned")
+
+
+def _upgraded(data: dict, old_names: dict, what: str) -> dict:
+    """`data` with the old names of `old_names` replaced by today's."""
+    data = dict(data)
+    for old, new in old_names.items():
+        if old in data:
+            value = data.pop(old)
+            if new in data and data[new] != value:
+                raise ValueError(f"{what} gives `{new}` {data[new]!r} and its old name "
+                                 f"`{old}` {value!r}; give one.")
+            data.setdefault(new, value)
+    return data
+
+
+class _Settings:
+    """JSON round-trip and checked overrides of a frozen settings dataclass."""
+
+    _old_names: dict = {}
+
+    @classmethod
+    def field_names(cls) -> tuple:
+        """The settings' names, in order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def stored_names(cls) -> set:
+        """Every name a stored dict may give a setting: today's and earlier versions'."""
+        return set(cls.field_names()) | set(cls._old_names)
+
+    def to_dict(self) -> dict:
+        """The settings as a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def upgrade(cls, data: dict) -> dict:
+        """The settings `data` gives (a `to_dict` result, or one written by an earlier
+        version), under today's names; settings it lacks stay absent.
+
+        Raises:
+            ValueError: `data` is not a dict, or names a setting that does not exist.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__} settings must be a dict, got "
+                             f"{type(data).__name__}: {data!r:.200}.")
+        data = _upgraded(data, cls._old_names, cls.__name__)
+        unknown = sorted(set(data) - set(cls.field_names()))
+        if unknown:
+            raise ValueError(f"Unknown {cls.__name__} setting(s) {unknown}; accepted: "
+                             f"{list(cls.field_names())}.")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        """The settings of `data` (see :meth:`upgrade`); missing ones take their defaults."""
+        return data if isinstance(data, cls) else cls(**cls.upgrade(data))
+
+    def replace(self, **overrides):
+        """A copy with `overrides` applied (None values are ignored); unknown names raise
+        ValueError listing the accepted ones."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        unknown = sorted(set(given) - set(self.field_names()))
+        if unknown:
+            raise ValueError(f"Unknown {type(self).__name__} setting(s) {unknown}; accepted: "
+                             f"{list(self.field_names())}.")
+        return dataclasses.replace(self, **given)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(_Settings):
+    """The architecture of a :class:`tfxformer.Transformer`; defaults: the paper's base model.
+
+    Args:
+        vocab_size: size of the shared source/target vocabulary (§5.1: about 37000 BPE
+            tokens for EN-DE).
+        num_layers: N, layers in each of the encoder and decoder (6).
+        d_model: model width (512). num_heads: h (8). d_ff: FFN inner width (2048).
+        dropout: P_drop on sub-layer outputs and embedding sums (§5.4, 0.1).
+        attention_dropout, activation_dropout: dropout on attention weights and inside
+            the FFN (departures; 0).
+        norm_first: pre-norm instead of the paper's post-norm (departure; False).
+        layer_norm_epsilon: LayerNorm epsilon (1e-6).
+        position_embedding: "sinusoidal" (§3.5) or "learned" (Table 3 row E).
+        max_positions: size of the position table: the longest sequence a learned table
+            embeds, and the cap on source and output length (1024).
+
+    Example:
+    >>> ModelConfig(vocab_size=100).replace(d_model=256).d_model
+    256
+    """
+
+    vocab_size: int = 37_000
+    num_layers: int = 6
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    norm_first: bool = False
+    layer_norm_epsilon: float = 1e-6
+    position_embedding: str = "sinusoidal"
+    max_positions: int = 1024
+
+    _old_names = _OLD_MODEL_NAMES
+
+    def __post_init__(self):
+        for name in ("vocab_size", "num_layers", "d_model", "num_heads", "d_ff",
+                     "max_positions"):
+            object.__setattr__(self, name, checks.integer(getattr(self, name), name, 1))
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            object.__setattr__(self, name, checks.number(getattr(self, name), name, 0.0, 1.0))
+        object.__setattr__(self, "layer_norm_epsilon",
+                           checks.number(self.layer_norm_epsilon, "layer_norm_epsilon", 0.0))
+        object.__setattr__(self, "norm_first", bool(self.norm_first))
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(f"Unknown `position_embedding` {self.position_embedding!r}; "
+                             f"accepted: {POSITION_EMBEDDINGS}.")
+
+    def layer_settings(self) -> dict:
+        """The arguments of one encoder or decoder layer (TransformerBlock)."""
+        return dict(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff,
+                    dropout=self.dropout, attention_dropout=self.attention_dropout,
+                    activation_dropout=self.activation_dropout, norm_first=self.norm_first,
+                    layer_norm_epsilon=self.layer_norm_epsilon)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingOptions(_Settings):
+    """How a model translates: beam search (§6.1) and the limits of one call.
+
+    Args:
+        beam_size: hypotheses kept per sentence (4; 1 with alpha 0 is greedy).
+        alpha: length penalty exponent α of ((5 + |Y|) / 6)^α (0.6).
+        extra_length: output tokens allowed beyond the source length (50).
+        batch_size: sentences per translation call, and the largest batch an export
+            serves (64).
+        max_input_tokens: source tokens kept per sentence, EOS included; longer ones are
+            cut (256).
+        max_output_tokens: output tokens per sentence at most, EOS included (256).
+
+    Sentence-level MT: the longest newstest2014 sentence is 134 (EN) / 153 (DE) pieces
+    even under the shipped 8k caption vocabulary, which over-segments news text; longer
+    inputs are paragraphs. A translator caps both limits by the model's positions.
+
+    Example:
+    >>> DecodingOptions().replace(beam_size=1, alpha=0.0).validate().beam_size
+    1
+    """
+
+    beam_size: int = 4
+    alpha: float = 0.6
+    extra_length: int = 50
+    batch_size: int = 64
+    max_input_tokens: int = 256
+    max_output_tokens: int = 256
+
+    _old_names = _OLD_DECODING_NAMES
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> DecodingOptions:
+        """Returns self with each option as a Python int or float, or raises ValueError
+        naming the first bad option and what is accepted (run at construction)."""
+        for name, minimum in (("beam_size", 1), ("extra_length", 0), ("batch_size", 1),
+                              ("max_input_tokens", 1), ("max_output_tokens", 1)):
+            object.__setattr__(self, name, checks.integer(getattr(self, name), name, minimum))
+        # α >= 0 makes the length penalty non-decreasing in |Y|, which beam search's early
+        # stop relies on.
+        object.__setattr__(self, "alpha", checks.number(self.alpha, "alpha", 0.0))
+        return self
+
+    def search_options(self) -> dict:
+        """The three options a translation call takes (beam_size, alpha, extra_length)."""
+        return dict(beam_size=self.beam_size, alpha=self.alpha,
+                    extra_length=self.extra_length)
+
+
+# Table 3 of "Attention Is All You Need" (base: the ModelConfig defaults). Label
+# smoothing (ε_ls = 0.1 for both) is a training setting, see tfxformer.losses.
+PRESETS: dict[str, ModelConfig] = {
+    "base": ModelConfig(),
+    "big": ModelConfig(d_model=1024, num_heads=16, d_ff=4096, dropout=0.3),
     # Small models, not from the paper.
-    "tiny": dict(num_layers=2, d_model=32, num_heads=4, d_ff=64, dropout=0.1),
-    "small": dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.1),
+    "tiny": ModelConfig(num_layers=2, d_model=32, num_heads=4, d_ff=64),
+    "small": ModelConfig(num_layers=3, d_model=256, num_heads=4, d_ff=1024),
     # The paper's recipe scaled to Multi30k's 29k pairs: a narrower model and heavier
     # dropout against over-fitting (cf. fairseq's transformer_iwslt_de_en on small data).
-    "multi30k": dict(num_layers=4, d_model=128, num_heads=4, d_ff=256, dropout=0.3),
-    "multi30k_wide": dict(num_layers=4, d_model=192, num_heads=4, d_ff=768, dropout=0.3),
+    "multi30k": ModelConfig(num_layers=4, d_model=128, num_heads=4, d_ff=256, dropout=0.3),
+    "multi30k_wide": ModelConfig(num_layers=4, d_model=192, num_heads=4, d_ff=768,
+                                 dropout=0.3),
 }
 
 # --precision names and the Keras dtype policies they select (mixed: float32 weights,
@@ -27,54 +219,13 @@ PRESETS: dict[str, dict] = {
 PRECISION_POLICIES: dict[str, str] = {
     "fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
-# Old names of model arguments -> their names now (#11: one meaning per name). Configs
-# written before (run directories, SavedModel assets, .keras files) still load.
-RENAMED_ARGUMENTS: dict[str, str] = {"max_length": "max_positions"}
 
-
-def model_defaults() -> dict:
-    """Every architecture argument of Transformer but vocab_size, with its default (the
-    paper's base model). Read from the constructors, where each default is written once."""
-    from tfxformer.models.transformer import Transformer  # models import this module
-
-    return Transformer.defaults()
-
-
-def renamed_model_arguments(arguments: dict) -> dict:
-    """`arguments` with old argument names (RENAMED_ARGUMENTS) replaced by today's.
+def get_preset(name: str, **overrides) -> ModelConfig:
+    """The :class:`ModelConfig` of preset `name`, with `overrides` applied.
 
     Raises:
-        ValueError: an argument is given under both its old and its new name.
-    """
-    arguments = dict(arguments)
-    for old, new in RENAMED_ARGUMENTS.items():
-        if old in arguments:
-            if new in arguments:
-                raise ValueError(f"Give `{new}` or its old name `{old}`, not both (got "
-                                 f"{new}={arguments[new]!r}, {old}={arguments[old]!r}).")
-            arguments[new] = arguments.pop(old)
-    return arguments
-
-
-def get_preset(name: str, **overrides) -> dict:
-    """Returns the full model keyword arguments of preset `name`, with `overrides` applied.
-
-    Overrides may use an argument's old name (RENAMED_ARGUMENTS, e.g. `max_length`).
-
-    Raises:
-        ValueError: `name` is not a preset, or an override names no model argument.
+        ValueError: `name` is not a preset, or an override names no model setting.
     """
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}; accepted presets: {sorted(PRESETS)}.")
-    overrides = renamed_model_arguments(overrides)
-    defaults = model_defaults()
-    unknown = sorted(set(overrides) - set(defaults) - {"vocab_size"})
-    if unknown:
-        raise ValueError(
-            f"Unknown model argument(s) {unknown} for preset {name!r}; "
-            f"accepted: {sorted(defaults) + ['vocab_size']}."
-        )
-    config = copy.deepcopy(defaults)
-    config.update(PRESETS[name])
-    config.update(overrides)
-    return config
+    return PRESETS[name].replace(**overrides)

@@ -29,7 +29,7 @@ import os
 
 import tensorflow as tf
 
-from tfxformer.config import PRECISION_POLICIES, renamed_model_arguments
+from tfxformer.config import PRECISION_POLICIES, ModelConfig
 from tfxformer.data.tokenizer import MODEL_FILENAME as SPM_FILENAME
 from tfxformer.data.tokenizer import Tokenizer
 from tfxformer.models.transformer import Transformer
@@ -47,15 +47,15 @@ __all__ = [
     "check_compatible", "checkpoint_files",
     "corrupt_error", "describe_last_checkpoint", "find_checkpoint", "hidden_model_variables",
     "is_complete", "latest_checkpoint", "load_model", "load_vocabulary", "make_record",
-    "model_arguments", "read_config", "read_spm_bytes", "restore", "untracked_weights",
+    "read_config", "read_spm_bytes", "restore", "untracked_weights",
     "write_atomically", "write_config",
 ]
 
 # The schema of config.json: every key training writes, and what it holds. Readers accept
 # records of older versions, which lack "preset", "vocabulary_sha256" or "train", and whose
-# "model" names the position-table size "max_length" (see model_arguments).
+# "model" names the position-table size "max_length" (ModelConfig.from_dict upgrades it).
 RECORD_KEYS = {
-    "model": "the Transformer constructor arguments (model.model_config)",
+    "model": "the model's settings (tfxformer.config.ModelConfig.to_dict())",
     "src": "source language code",
     "tgt": "target language code",
     "max_length": "training length filter: pairs longer than this (tokens) were dropped",
@@ -77,12 +77,12 @@ def write_atomically(path: str, data: bytes) -> None:
     os.replace(temporary, path)
 
 
-def make_record(model: dict, src: str, tgt: str, max_length: int, preset: str,
+def make_record(model: ModelConfig, src: str, tgt: str, max_length: int, preset: str,
                 spm_bytes: bytes, train: dict) -> dict:
     """The config.json record (RECORD_KEYS) of a run."""
-    return {"model": dict(model), "src": src, "tgt": tgt, "max_length": max_length,
-            "preset": preset, "vocabulary_sha256": hashlib.sha256(spm_bytes).hexdigest(),
-            "train": dict(train)}
+    return {"model": ModelConfig.from_dict(model).to_dict(), "src": src, "tgt": tgt,
+            "max_length": max_length, "preset": preset,
+            "vocabulary_sha256": hashlib.sha256(spm_bytes).hexdigest(), "train": dict(train)}
 
 
 def write_config(run_dir: str, record: dict) -> str:
@@ -124,12 +124,6 @@ def read_config(run_dir: str) -> dict:
     return record
 
 
-def model_arguments(model: dict) -> dict:
-    """The Transformer constructor arguments of a record's "model", old names renamed
-    (run dirs written before `max_positions` call the position-table size `max_length`)."""
-    return renamed_model_arguments(model)
-
-
 def check_compatible(run_dir: str, record: dict) -> None:
     """Raises ValueError naming every MUST_MATCH entry where `record` differs from the
     run dir's config.json. An entry the existing record lacks (an older version) is not
@@ -142,7 +136,7 @@ def check_compatible(run_dir: str, record: dict) -> None:
             continue
         old, new = existing.get(key), record.get(key)
         if key == "model":
-            old, new = model_arguments(old), model_arguments(new)
+            old, new = (ModelConfig.from_dict(m).to_dict() for m in (old, new))
             diffs += [f"{key}.{k}: {old.get(k)!r} in the run dir, {new.get(k)!r} now"
                       for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
         elif key == "vocabulary_sha256" and old != new:
@@ -316,11 +310,11 @@ def untracked_weights(model) -> list[str]:
     return [w.path for w in model.weights if id(w) in hidden]
 
 
-def build_model(model: dict, precision: str = "fp32"):
+def build_model(model: dict | ModelConfig, precision: str = "fp32"):
     """A built :class:`tfxformer.Transformer` from a record's "model" (random weights)."""
     if precision not in PRECISION_POLICIES:
         raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
-    built = Transformer(**model_arguments(model), dtype=PRECISION_POLICIES[precision])
+    built = Transformer(ModelConfig.from_dict(model), dtype=PRECISION_POLICIES[precision])
     built.build()
     untracked = untracked_weights(built)
     if untracked:

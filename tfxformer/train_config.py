@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from tfxformer import rundir
-from tfxformer.config import PRECISION_POLICIES, PRESETS, get_preset
+from tfxformer import checks
+from tfxformer.config import PRECISION_POLICIES, PRESETS, DecodingOptions, ModelConfig, get_preset
 
 PRECISIONS = tuple(PRECISION_POLICIES)
+_DECODING = DecodingOptions()
 ON_NONFINITE = ("skip", "stop")
 
 
@@ -43,8 +44,8 @@ class TrainConfig:
     tgt: str = _setting("de", "target language code (file suffix)")
     preset: str = _setting("base", "model preset (base and big are the paper's Table 3)",
                            choices=tuple(PRESETS))
-    vocab_size: int = _setting(37_000, "shared SentencePiece BPE vocabulary size (paper: "
-                               "about 37000 for EN-DE)")
+    vocab_size: int = _setting(ModelConfig().vocab_size, "shared SentencePiece BPE "
+                               "vocabulary size (paper: about 37000 for EN-DE)")
     dropout: float | None = _setting(None, "override the preset's dropout P_drop (paper: 0.1 "
                                      "base, 0.3 big; default: the preset's)")
     max_length: int = _setting(256, "training length filter: drop training pairs longer than "
@@ -70,9 +71,10 @@ class TrainConfig:
                                "(0 = never)")
     eval_sentences: int = _setting(500, "validation sentences translated for BLEU (0 = loss "
                                    "only)")
-    beam_size: int = _setting(4, "beam size for validation BLEU and the export (paper: 4)")
-    alpha: float = _setting(0.6, "length penalty alpha for validation BLEU and the export "
-                            "(paper: 0.6)")
+    beam_size: int = _setting(_DECODING.beam_size, "beam size for validation BLEU and the "
+                              "export (paper: 4)")
+    alpha: float = _setting(_DECODING.alpha, "length penalty alpha for validation BLEU and "
+                            "the export (paper: 0.6)")
     log_every: int = _setting(100, "log loss, learning rate and tokens/s every this many "
                               "updates")
     cpu_devices: int | None = _setting(None, "split the CPU into N logical devices so "
@@ -103,33 +105,34 @@ class TrainConfig:
         """Raises ValueError naming the setting (in backticks) and what is accepted."""
         positive = ("vocab_size", "max_length", "batch_tokens", "accumulation_steps",
                     "train_steps", "warmup_steps", "checkpoint_every", "keep_checkpoints",
-                    "log_every", "beam_size")
+                    "log_every")
         for name in positive:
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+            checks.integer(getattr(self, name), name, 1)
+        self.decoding_options()
         for name in ("precision", "on_nonfinite", "preset"):
             choices = setting(name).metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ValueError(f"`{name}` {getattr(self, name)!r} not in {choices}.")
         for name in ("average_last", "eval_every", "eval_sentences"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+            checks.integer(getattr(self, name), name, 0)
         if self.max_positions is not None and self.max_positions < self.max_length:
             raise ValueError(f"`max_positions` {self.max_positions} is below `max_length` "
                              f"{self.max_length}: training pairs would not fit the model's "
                              "position table.")
 
-    def model_kwargs(self) -> dict:
-        """The Transformer arguments: the preset with the vocabulary size, `dropout` and
-        the position-table size `max_positions` (by default the preset's, 1024, raised to
+    def model_config(self) -> ModelConfig:
+        """The model: the preset with the vocabulary size, `dropout` and the
+        position-table size `max_positions` (by default the preset's, 1024, raised to
         `max_length` if that is larger: this is the one place it is chosen)."""
-        overrides = {} if self.dropout is None else {"dropout": self.dropout}
-        kwargs = get_preset(self.preset, vocab_size=self.vocab_size, **overrides)
-        preset_positions = [kwargs.pop(name) for name in ("max_positions", "max_length")
-                            if name in kwargs][0]
+        preset = get_preset(self.preset, vocab_size=self.vocab_size, dropout=self.dropout)
         positions = self.max_positions if self.max_positions is not None else \
-            max(self.max_length, int(preset_positions))
-        return rundir.model_arguments({**kwargs, "max_positions": positions})
+            max(self.max_length, preset.max_positions)
+        return preset.replace(max_positions=positions)
+
+    def decoding_options(self) -> DecodingOptions:
+        """The decoding options of validation BLEU and the export (`beam_size`, `alpha`;
+        the others :class:`DecodingOptions`' defaults); raises ValueError for a bad one."""
+        return _DECODING.replace(beam_size=self.beam_size, alpha=self.alpha)
 
 
 def setting(name: str) -> dataclasses.Field:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from tfxformer import checkpoints as ckpt
 from tfxformer import rundir
-from tfxformer.config import PRECISION_POLICIES
+from tfxformer.config import PRECISION_POLICIES, ModelConfig
 from tfxformer.data import pipeline, sources, token_cache
 from tfxformer.data.tokenizer import Tokenizer, train_tokenizer
 from tfxformer.distribute import (
@@ -99,9 +99,9 @@ def prepare_vocabulary(config: TrainConfig, corpus, strategy, chief: bool) -> To
 def build_training(config: TrainConfig, strategy, nonfinite_fault_steps=()):
     """Model, optimizer and Trainer under `strategy.scope()`."""
     with strategy.scope():
-        model = Transformer(**config.model_kwargs())
+        model = Transformer(config.model_config())
         model.build()
-        schedule = TransformerSchedule(model.model_config["d_model"], config.warmup_steps,
+        schedule = TransformerSchedule(model.model_config.d_model, config.warmup_steps,
                                        config.lr_scale)
         optimizer = paper_adam(schedule)
         if config.precision == "fp16":
@@ -131,7 +131,7 @@ def evaluate(trainer, tokenizer, split, strategy, sentences: int, translate_fn=N
     return result
 
 
-def _write_config(config: TrainConfig, model_config: dict, chief: bool,
+def _write_config(config: TrainConfig, model_config: ModelConfig, chief: bool,
                   tokenizer: Tokenizer) -> None:
     """Writes config.json, or checks a resumed run against the one already there."""
     record = rundir.make_record(model_config, config.src, config.tgt, config.max_length,

@@ -14,7 +14,8 @@ import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
 
-from tfxformer.decoding import DEFAULT_EXTRA_LENGTH, greedy_decode
+from tfxformer.decoding import greedy_decode
+from tfxformer.decoding.common import DEFAULTS
 from tfxformer.ids import BOS_ID, EOS_ID
 
 KINDS = ("encoder", "decoder", "cross")
@@ -35,15 +36,14 @@ class SentenceAttention(NamedTuple):
 
 
 def sentence_attention(model, spm_bytes: bytes, sentence: str,
-                       extra_length=DEFAULT_EXTRA_LENGTH):
+                       extra_length=DEFAULTS.extra_length):
     """Greedy-translates `sentence` and returns its :class:`SentenceAttention`.
 
     `model` is a :class:`tfxformer.Transformer` (e.g. from :func:`tfxformer.rundir.load_model`),
     `spm_bytes` its vocabulary; the source is cut to the model's position table.
     """
     processor = spm.SentencePieceProcessor(model_proto=spm_bytes)
-    config = model.model_config
-    limit = int(config["max_positions"])
+    limit = model.model_config.max_positions
     source = processor.encode(sentence)[: limit - 1] + [EOS_ID]
     source_ids = tf.constant([source], tf.int32)
     output = greedy_decode(model, source_ids, extra_length=extra_length)

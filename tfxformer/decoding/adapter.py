@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfxformer.decoding.common import DEFAULT_EXTRA_LENGTH, DecodeStart, check_nonnegative_int
+from tfxformer import checks
+from tfxformer.decoding.common import DEFAULTS, DecodeStart, check_nonnegative_int
 from tfxformer.decoding.shortlist import check_shortlist
 
 
 def position_cap(model, max_output_length=None):
     """Largest number of decoder positions: the model's positional-table size, or less if
     asked (`max_output_length`)."""
-    config = model.model_config
-    cap = int(config["max_positions"])
+    cap = model.model_config.max_positions
     if max_output_length is not None:
-        if int(max_output_length) < 1:
-            raise ValueError("`max_output_length` must be a positive integer, got "
-                             f"{max_output_length!r}.")
-        cap = min(cap, int(max_output_length))
+        cap = min(cap, checks.integer(max_output_length, "max_output_length", 1))
     return cap
 
 
-def output_limits(source_mask, cap, extra_length=DEFAULT_EXTRA_LENGTH):
+def output_limits(source_mask, cap, extra_length=DEFAULTS.extra_length):
     """Per-sentence output length limits (B,) and the output columns L (a scalar).
 
     limit_b = min(source_length_b + extra_length, cap), counting the EOS (§6.1: "maximum
@@ -40,7 +37,7 @@ def output_limits(source_mask, cap, extra_length=DEFAULT_EXTRA_LENGTH):
     return limits, length
 
 
-def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULT_EXTRA_LENGTH,
+def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_length,
                         max_output_length=None, static_cache=False, shortlist=None):
     """Encodes `source_ids` (B, S) and returns the :class:`DecodeStart` of a search with
     `beams` hypotheses per sentence on `model` (a :class:`tfxformer.Transformer`).
@@ -66,7 +63,7 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULT_EXTRA_L
                              batch_size=batch * beams)
     logit_rows = None
     if shortlist is not None:
-        shortlist = check_shortlist(shortlist, model.model_config["vocab_size"])
+        shortlist = check_shortlist(shortlist, model.model_config.vocab_size)
         # (V', D) once per batch, in the compute dtype (as SharedEmbedding.logits casts)
         logit_rows = tf.cast(tf.gather(model.embedding.embeddings, shortlist),
                              model.compute_dtype)
@@ -77,19 +74,10 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULT_EXTRA_L
         layers = [{"self": s, "cross": c}
                   for s, c in zip(self_cache, context["memory"], strict=True)]
         logits, layers = model.decode_step(ids, context["source_mask"], layers, index,
-                                           append_cache=not static_cache, beams=beams,
+                                           static_cache=static_cache, beams=beams,
                                            logit_rows=logit_rows)
         return logits, [c["self"] for c in layers]
 
     context = {"memory": [c["cross"] for c in cache], "source_mask": source_mask}
     return DecodeStart(step_fn, [c["self"] for c in cache], context, limits, length)
 
-
-def output_length_alias(max_output_length, max_length):
-    """The output cap given as `max_output_length` or by its former name `max_length`."""
-    if max_length is None:
-        return max_output_length
-    if max_output_length is not None:
-        raise ValueError("Give `max_output_length` or its former name `max_length`, not "
-                         f"both (got {max_output_length!r} and {max_length!r}).")
-    return max_length

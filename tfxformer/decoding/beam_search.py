@@ -25,14 +25,12 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from tfxformer import checks
 from tfxformer.decoding import common
-from tfxformer.decoding.adapter import output_length_alias, transformer_decoder
+from tfxformer.decoding.adapter import transformer_decoder
 from tfxformer.decoding.common import NEG_INF, DecodeStart
 from tfxformer.decoding.shortlist import to_vocabulary
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
-
-DEFAULT_BEAM_SIZE = 4
-DEFAULT_ALPHA = 0.6
 
 
 class BeamSearchOutput(NamedTuple):
@@ -70,18 +68,14 @@ def check_options(beam_size, alpha):
     if isinstance(beam_size, (tf.Tensor, tf.Variable)):
         beam_size = common.checked(tf.cast(beam_size, tf.int32), tf.debugging.assert_positive,
                                    "`beam_size` must be >= 1")
-    elif isinstance(beam_size, bool) or int(beam_size) != beam_size or beam_size < 1:
-        raise ValueError(f"`beam_size` must be an integer >= 1, got {beam_size!r}.")
     else:
-        beam_size = int(beam_size)
+        beam_size = checks.integer(beam_size, "beam_size", 1)
     if isinstance(alpha, (tf.Tensor, tf.Variable)):
         # α >= 0 makes lp non-decreasing in |Y|, which the early stop relies on.
         alpha = common.checked(tf.cast(alpha, tf.float32), tf.debugging.assert_non_negative,
                                "`alpha` must be >= 0")
-    elif not float(alpha) >= 0.0:
-        raise ValueError(f"`alpha` (length penalty exponent) must be >= 0, got {alpha!r}.")
     else:
-        alpha = float(alpha)
+        alpha = checks.number(alpha, "alpha", 0.0)
     return beam_size, alpha
 
 
@@ -99,8 +93,9 @@ def top_extensions(logits, alive_log_probs, count, pad_id=PAD_ID, bos_id=BOS_ID)
     return log_probs, index // vocab, index % vocab
 
 
-def sequence_beam_search(start: DecodeStart, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
-                         eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_ID, static_cache=False):
+def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size,
+                         alpha=common.DEFAULTS.alpha, eos_id=EOS_ID, pad_id=PAD_ID,
+                         bos_id=BOS_ID, static_cache=False):
     """Beam search with the GNMT length penalty on a step function (§6.1).
 
     Runs inside one `tf.while_loop` (graph-safe; with `static_cache=True` and a Python
@@ -129,7 +124,7 @@ def sequence_beam_search(start: DecodeStart, beam_size=DEFAULT_BEAM_SIZE, alpha=
                      pad_id, bos_id)
     batch = tf.shape(start.limits)[0]
     state = search.initial_state(start)
-    out = (tf.fill([batch, beam_size, start.max_length], pad_id),
+    out = (tf.fill([batch, beam_size, start.output_columns], pad_id),
            tf.fill([batch, beam_size], NEG_INF))
 
     def body(state, out_ids, out_scores):
@@ -142,7 +137,7 @@ def sequence_beam_search(start: DecodeStart, beam_size=DEFAULT_BEAM_SIZE, alpha=
                        lambda: (state, out_ids, out_scores))
 
     def cond(state, out_ids, out_scores):
-        return (state.i < start.max_length) & ~tf.reduce_all(search.done(state))
+        return (state.i < start.output_columns) & ~tf.reduce_all(search.done(state))
 
     invariants = (common.loop_invariants(state, static_cache), out[0].shape, out[1].shape)
     state, out_ids, out_scores = tf.while_loop(cond, body, (state, *out),
@@ -171,7 +166,7 @@ class _Search:
         k, batch = self.beam_size, tf.shape(start.limits)[0]
         # Only beam 0 is live at first: the K beams start identical.
         first = tf.concat([tf.zeros([1]), tf.fill([k - 1], NEG_INF)], axis=0)
-        seq = common.write_column(tf.fill([batch, k, start.max_length + 1], self.pad_id), 0,
+        seq = common.write_column(tf.fill([batch, k, start.output_columns + 1], self.pad_id), 0,
                                   tf.fill([batch, k], self.bos_id))
         return BeamState(
             i=tf.constant(0), rows=tf.range(batch), limits=start.limits, alive_seq=seq,
@@ -244,9 +239,9 @@ class _Search:
         return BeamState(i=state.i, cache=cache, **fields), out_ids, out_scores
 
 
-def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
-                extra_length=common.DEFAULT_EXTRA_LENGTH, max_output_length=None,
-                static_cache=False, *, eos_id=EOS_ID, max_length=None, shortlist=None):
+def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
+                alpha=common.DEFAULTS.alpha, extra_length=common.DEFAULTS.extra_length,
+                max_output_length=None, static_cache=False, *, eos_id=EOS_ID, shortlist=None):
     """Translates a batch with beam search and the GNMT length penalty (§6.1).
 
     :func:`transformer_decoder` (encode once; the key/value cache) fed to
@@ -259,8 +254,7 @@ def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_AL
         beam_size: K >= 1 (default 4); a Python int or a scalar int tensor.
         alpha: length penalty exponent α >= 0 (default 0.6; 0 = plain log-probability).
         extra_length: output tokens allowed beyond the source length (default 50).
-        max_output_length: optional lower cap on output tokens than the model's positions
-            (`max_length` is its former name, still accepted).
+        max_output_length: optional lower cap on output tokens than the model's positions.
         static_cache: keep the self-attention cache at its full length L (needed under
             XLA; finished sentences then stay in the batch); by default it grows by one
             position per step and finished sentences leave the batch.
@@ -283,7 +277,7 @@ def beam_search(model, source_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_AL
     beam_size, alpha = check_options(beam_size, alpha)
     shortlist = common.shortlist_tensor(shortlist, eos_id)
     start = transformer_decoder(model, source_ids, beam_size, extra_length,
-                                output_length_alias(max_output_length, max_length),
+                                max_output_length,
                                 static_cache, shortlist)
     out = sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,
                                static_cache=static_cache)

@@ -37,13 +37,15 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from tfxformer import checks
+from tfxformer.config import DecodingOptions
 from tfxformer.ids import BOS_ID, EOS_ID, NUM_SPECIAL_IDS, PAD_ID
 
-__all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "NEG_INF", "DEFAULT_EXTRA_LENGTH", "DecodeStart"]
+__all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "NEG_INF", "DecodeStart"]
 
 # Score of impossible hypotheses: finite, so sums and comparisons never give NaN.
 NEG_INF = -1e9
-DEFAULT_EXTRA_LENGTH = 50
+DEFAULTS = DecodingOptions()  # beam size, α and extra length when none is given (§6.1)
 
 
 class DecodeStart(NamedTuple):
@@ -53,7 +55,7 @@ class DecodeStart(NamedTuple):
     cache: Any  # nest, leaves (B * beams, ...): per hypothesis, reordered with the beams
     context: Any  # nest, leaves (B, ...): per sentence, read only
     limits: tf.Tensor  # (B,) int32 >= 1: output tokens allowed per sentence, EOS included
-    max_length: tf.Tensor  # () int32 >= every limit: the columns L of the output ids
+    output_columns: tf.Tensor  # () int32 >= every limit: the columns L of the output ids
 
 
 def checked(tensor, assertion, message):
@@ -68,9 +70,7 @@ def check_nonnegative_int(value, name):
     graph assertion."""
     if isinstance(value, (tf.Tensor, tf.Variable)):
         return checked(value, tf.debugging.assert_non_negative, f"`{name}` must be >= 0")
-    if isinstance(value, bool) or int(value) != value or value < 0:
-        raise ValueError(f"`{name}` must be an integer >= 0, got {value!r}.")
-    return int(value)
+    return checks.integer(value, name, 0)
 
 
 def check_ids(eos_id, pad_id, bos_id):

@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from tfxformer.decoding import common
-from tfxformer.decoding.adapter import output_length_alias, transformer_decoder
-from tfxformer.decoding.common import DEFAULT_EXTRA_LENGTH, DecodeStart
+from tfxformer.decoding.adapter import transformer_decoder
+from tfxformer.decoding.common import DEFAULTS, DecodeStart
 from tfxformer.decoding.shortlist import to_vocabulary
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -60,7 +60,7 @@ def greedy_search(start: DecodeStart, eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_I
     """
     eos = common.check_ids(eos_id, pad_id, bos_id)
     batch = tf.shape(start.limits)[0]
-    length = start.max_length
+    length = start.output_columns
 
     def body(state, out_ids, out_scores):
         logits, cache = start.step_fn(state.tokens[:, None], state.i, state.cache,
@@ -110,9 +110,9 @@ def _leave(state, out_ids, out_scores):
     return GreedyState(i=state.i, **fields), out_ids, out_scores
 
 
-def greedy_decode(model, source_ids, extra_length=DEFAULT_EXTRA_LENGTH,
+def greedy_decode(model, source_ids, extra_length=DEFAULTS.extra_length,
                   max_output_length=None, static_cache=False, *, eos_id=EOS_ID,
-                  max_length=None, shortlist=None):
+                  shortlist=None):
     """Greedy decoding of a Transformer with its key/value cache (§6.1 limits).
 
     A sentence stops at EOS or at its length limit (source length + `extra_length`, at
@@ -124,8 +124,7 @@ def greedy_decode(model, source_ids, extra_length=DEFAULT_EXTRA_LENGTH,
         model: a :class:`tfxformer.Transformer`.
         source_ids: (B, S) int ids, PAD 0, each row ending with EOS.
         extra_length: output tokens allowed beyond the source length (default 50).
-        max_output_length: optional lower cap on output tokens than the model's positions
-            (`max_length` is its former name, still accepted).
+        max_output_length: optional lower cap on output tokens than the model's positions.
         static_cache: keep the self-attention cache at its full length L and write each
             step into its slot (needed under XLA, `jit_compile=True`); by default the
             cache grows by one position per step, so step i costs i positions, not L.
@@ -138,7 +137,6 @@ def greedy_decode(model, source_ids, extra_length=DEFAULT_EXTRA_LENGTH,
     Returns:
         :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,).
     """
-    max_output_length = output_length_alias(max_output_length, max_length)
     shortlist = common.shortlist_tensor(shortlist, eos_id)
     start = transformer_decoder(model, source_ids, 1, extra_length, max_output_length,
                                 static_cache, shortlist)

@@ -155,7 +155,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return (output, weights) if return_attention_scores else output
 
     def call_cached(self, query, cache, cache_index=None, value=None, padding_mask=None,
-                    attention_mask=None, append_cache=False, beams=1, training=None):
+                    attention_mask=None, static_cache=True, beams=1, training=None):
         """Attention over a key/value cache (incremental decoding); returns `(output, cache)`.
 
         Args:
@@ -163,8 +163,8 @@ class MultiHeadAttention(keras.layers.Layer):
             cache: {"key": (B, H, L, K), "value": (B, H, L, K)} projected keys and values.
             cache_index: with a scalar position, the keys/values projected from `value`
                 (default `query`: self-attention) are written into the cache at
-                [cache_index, cache_index + T) (appended with `append_cache=True`: a cache
-                that grows by T positions a call) and attention runs over all L positions
+                [cache_index, cache_index + T) (with `static_cache=False` appended instead:
+                a cache that grows by T positions a call) and attention runs over all L positions
                 (mask the unwritten ones). With None the cache is used as is and returned
                 unchanged (cross-attention over a memory projected once by
                 :meth:`project_key_value`), as keras-hub's CachedMultiHeadAttention.
@@ -203,7 +203,7 @@ class MultiHeadAttention(keras.layers.Layer):
             kv = cache
         else:
             new = self.project_key_value(query if value is None else value)
-            update = _append if append_cache else _write
+            update = _write if static_cache else _append
             kv = {name: update(cache[name], new[name], cache_index) for name in ("key", "value")}
         if self.window is not None:
             start = 0 if fixed else tf.cast(cache_index, tf.int32)

@@ -3,14 +3,16 @@ settings of one layer, and the stack of N identical layers."""
 
 from __future__ import annotations
 
-import inspect
-
 import keras
 import tensorflow as tf
 
+from tfxformer import checks
+from tfxformer.config import ModelConfig
 from tfxformer.layers.attention import MultiHeadAttention
 from tfxformer.layers.feed_forward import PositionwiseFeedForward
 from tfxformer.layers.norm import LayerNorm
+
+_BASE = ModelConfig()  # the defaults of the layers' settings: the paper's base model
 
 
 @keras.saving.register_keras_serializable(package="tfxformer")
@@ -27,7 +29,8 @@ class ResidualBlock(keras.layers.Layer):
     cache), `y = block.sublayer_input(x)`, then `out = block.combine(x, sublayer(y)[0])`.
     """
 
-    def __init__(self, dropout=0.1, norm_first=False, layer_norm_epsilon=1e-6, **kwargs):
+    def __init__(self, dropout=_BASE.dropout, norm_first=_BASE.norm_first,
+                 layer_norm_epsilon=_BASE.layer_norm_epsilon, **kwargs):
         super().__init__(**kwargs)
         self.dropout = float(dropout)
         self.norm_first = bool(norm_first)
@@ -69,7 +72,7 @@ class TransformerBlock(keras.layers.Layer):
     """The settings of one encoder or decoder layer, and its feed-forward sub-layer (§3.1, §3.3).
 
     The base of :class:`EncoderLayer` and :class:`DecoderLayer`; the defaults of their
-    arguments are written here only.
+    arguments are :class:`tfxformer.config.ModelConfig`'s.
 
     Args:
         d_model, num_heads, d_ff: widths (§3.2.2, §3.3).
@@ -79,8 +82,10 @@ class TransformerBlock(keras.layers.Layer):
         layer_norm_epsilon: LayerNorm epsilon (1e-6).
     """
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, attention_dropout=0.0,
-                 activation_dropout=0.0, norm_first=False, layer_norm_epsilon=1e-6, **kwargs):
+    def __init__(self, d_model, num_heads, d_ff, dropout=_BASE.dropout,
+                 attention_dropout=_BASE.attention_dropout,
+                 activation_dropout=_BASE.activation_dropout, norm_first=_BASE.norm_first,
+                 layer_norm_epsilon=_BASE.layer_norm_epsilon, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.num_heads, self.d_ff = int(d_model), int(num_heads), int(d_ff)
         self.dropout, self.attention_dropout = float(dropout), float(attention_dropout)
@@ -106,7 +111,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def block_config(self) -> dict:
         """The constructor arguments of this layer (those of `TransformerBlock.__init__`)."""
-        return {name: getattr(self, name) for name in block_arguments()}
+        return {name: getattr(self, name) for name in BLOCK_SETTINGS}
 
     def build(self, input_shape, *args, **kwargs):
         input_shape = tuple(input_shape)
@@ -132,17 +137,9 @@ class TransformerBlock(keras.layers.Layer):
         return config
 
 
-def block_arguments() -> tuple:
-    """Names of TransformerBlock's constructor arguments (d_model, ..., layer_norm_epsilon)."""
-    names = inspect.signature(TransformerBlock.__init__).parameters
-    return tuple(n for n in names if n not in ("self", "kwargs"))
-
-
-def block_defaults() -> dict:
-    """The defaults of TransformerBlock's optional arguments: the paper's base model."""
-    params = inspect.signature(TransformerBlock.__init__).parameters.values()
-    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty
-            and p.kind is p.POSITIONAL_OR_KEYWORD}
+# TransformerBlock's constructor arguments, which LayerStack passes to each layer.
+BLOCK_SETTINGS = ("d_model", "num_heads", "d_ff", "dropout", "attention_dropout",
+                  "activation_dropout", "norm_first", "layer_norm_epsilon")
 
 
 class LayerStack(keras.layers.Layer):
@@ -160,11 +157,9 @@ class LayerStack(keras.layers.Layer):
     layer_class: type = TransformerBlock
 
     def __init__(self, num_layers, d_model, num_heads, d_ff, **kwargs):
-        settings = {k: kwargs.pop(k) for k in block_arguments() if k in kwargs}
+        settings = {k: kwargs.pop(k) for k in BLOCK_SETTINGS[3:] if k in kwargs}
         super().__init__(**kwargs)
-        if isinstance(num_layers, bool) or int(num_layers) != num_layers or num_layers < 1:
-            raise ValueError(f"`num_layers` must be an integer >= 1, got {num_layers!r}.")
-        self.num_layers = int(num_layers)
+        self.num_layers = checks.integer(num_layers, "num_layers", 1)
         self.supports_masking = True
         # Each layer is its own attribute: Keras tracks layers kept in a list for .keras
         # files but not for tf.train.Checkpoint (keras-team/keras#18398).

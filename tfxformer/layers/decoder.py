@@ -85,7 +85,7 @@ class DecoderLayer(TransformerBlock):
         x = self._feed_forward(x, training)
         return (x, weights) if return_attention_scores else x
 
-    def call_cached(self, x, cache, cache_index, memory_padding_mask=None, append_cache=False,
+    def call_cached(self, x, cache, cache_index, memory_padding_mask=None, static_cache=True,
                     beams=1, training=None):
         """One incremental decoding call; returns `(output (N, T, D), updated cache)`.
 
@@ -93,7 +93,8 @@ class DecoderLayer(TransformerBlock):
             x: (N, T, D), the embedded tokens at positions [cache_index, cache_index + T).
             cache: {"self": {"key", "value"}: (N, H, L, K), "cross": {"key", "value"}:
                 (B, H, S, K)}, from :meth:`Decoder.init_cache`. x's keys/values are written
-                at cache_index (appended to a growing cache with `append_cache=True`).
+                at cache_index into its L slots (`static_cache=True`), or appended to a
+                growing cache (`static_cache=False`).
             memory_padding_mask: optional (B, S) bool, the memory's batch.
             beams: rows of x per memory row, N = B * beams (row b * beams + k is
                 hypothesis k of sentence b); the memory is read once per sentence.
@@ -102,12 +103,12 @@ class DecoderLayer(TransformerBlock):
             self.build(x.shape)
         length = tf.shape(x)[1]
         # Query i sits at cache_index + i and may see cached keys 0 .. cache_index + i.
-        slots = tf.shape(cache["self"]["key"])[2] + (length if append_cache else 0)
+        slots = tf.shape(cache["self"]["key"])[2] + (0 if static_cache else length)
         visible = tf.range(slots)[None, :] <= tf.range(length)[:, None] + cache_index
         y = self.self_attention_block.sublayer_input(x)
         out, self_cache = self.self_attention.call_cached(
             y, cache["self"], cache_index, attention_mask=visible[None],
-            append_cache=append_cache, training=training)
+            static_cache=static_cache, training=training)
         x = self.self_attention_block.combine(x, out, training=training)
         y = self.cross_attention_block.sublayer_input(x)
         out, cross_cache = self.cross_attention.call_cached(
@@ -154,11 +155,12 @@ class Decoder(LayerStack):
 
     layer_class = DecoderLayer
 
-    def init_cache(self, memory, max_length=None, batch_size=None):
-        """Per-layer caches for decoding up to `max_length` tokens against `memory` (B, S, D).
+    def init_cache(self, memory, cache_length=None, batch_size=None):
+        """Per-layer caches for decoding up to `cache_length` tokens against `memory` (B, S, D).
 
-        Self-attention slots start as zeros (N, H, max_length, K), or empty (N, H, 0, K)
-        with `max_length=None`: a cache that grows, for `append_cache=True` calls. The
+        Self-attention slots start as zeros (N, H, cache_length, K) for
+        `static_cache=True` calls, or empty (N, H, 0, K) with `cache_length=None`: a cache
+        that grows, for `static_cache=False` calls. The
         memory's keys/values are projected once here, not at every step. `batch_size` N
         (default B) sizes the self-attention slots, e.g. B·beam for beam search, whose
         beams share the memory's projection (`call_cached(..., beams=beam)`).
@@ -168,7 +170,7 @@ class Decoder(LayerStack):
         batch = tf.shape(memory)[0] if batch_size is None else batch_size
         heads = self.layer_0.num_heads
         head_dim = self.layer_0.d_model // heads
-        slots = 0 if max_length is None else max_length
+        slots = 0 if cache_length is None else cache_length
         zeros = tf.zeros([batch, heads, slots, head_dim], self.compute_dtype)
         memory = tf.cast(memory, self.compute_dtype)
         return [{"self": {"key": zeros, "value": zeros},
@@ -190,7 +192,7 @@ class Decoder(LayerStack):
         x = self._finish(x)
         return (x, all_weights) if return_attention_scores else x
 
-    def call_cached(self, x, cache, cache_index, memory_padding_mask=None, append_cache=False,
+    def call_cached(self, x, cache, cache_index, memory_padding_mask=None, static_cache=True,
                     beams=1, training=None):
         """Incremental decoding through the N layers (see :meth:`DecoderLayer.call_cached`);
         returns `(output (N, T, D), updated list of per-layer caches)`."""
@@ -198,7 +200,7 @@ class Decoder(LayerStack):
         for layer, layer_cache in zip(self.stack, cache, strict=True):
             x, layer_cache = layer.call_cached(
                 x, layer_cache, cache_index, memory_padding_mask=memory_padding_mask,
-                append_cache=append_cache, beams=beams, training=training)
+                static_cache=static_cache, beams=beams, training=training)
             new_cache.append(layer_cache)
         return self._finish(x), new_cache
 

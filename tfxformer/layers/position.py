@@ -5,9 +5,10 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-KINDS = ("sinusoidal", "learned")
-# Size of a learned position table unless told otherwise: positions 0 .. 1023.
-DEFAULT_MAX_POSITIONS = 1024
+from tfxformer import checks
+from tfxformer.config import POSITION_EMBEDDINGS, ModelConfig
+
+_MAX_POSITIONS = ModelConfig().max_positions  # a learned table's size unless told otherwise
 
 
 def sinusoidal_encoding(positions, d_model: int) -> tf.Tensor:
@@ -57,14 +58,13 @@ class PositionalEncoding(keras.layers.Layer):
     array([0.8415, 0.5403, 0.01  , 1.    ], dtype=float32)
     """
 
-    def __init__(self, kind="sinusoidal", max_positions=DEFAULT_MAX_POSITIONS, **kwargs):
+    def __init__(self, kind="sinusoidal", max_positions=_MAX_POSITIONS, **kwargs):
         super().__init__(**kwargs)
-        if kind not in KINDS:
-            raise ValueError(f"Unknown positional encoding kind {kind!r}; accepted: {KINDS}.")
-        if isinstance(max_positions, bool) or int(max_positions) < 1:
-            raise ValueError(f"`max_positions` must be a positive integer, got {max_positions}.")
+        if kind not in POSITION_EMBEDDINGS:
+            raise ValueError(f"Unknown positional encoding kind {kind!r}; accepted: "
+                             f"{POSITION_EMBEDDINGS}.")
         self.kind = kind
-        self.max_positions = int(max_positions)
+        self.max_positions = checks.integer(max_positions, "max_positions", 1)
         self.supports_masking = True  # position-wise: the input's Keras mask is the output's
 
     def build(self, input_shape):

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import inspect
-
 import keras
 import tensorflow as tf
 
-from tfxformer.config import get_preset, renamed_model_arguments
-from tfxformer.layers.block import block_arguments, block_defaults
+from tfxformer.config import ModelConfig, get_preset
 from tfxformer.layers.decoder import Decoder
 from tfxformer.layers.embedding import SharedEmbedding
 from tfxformer.layers.encoder import Encoder
 from tfxformer.layers.masks import padding_mask
 from tfxformer.layers.ops import matmul_last
-from tfxformer.layers.position import DEFAULT_MAX_POSITIONS, PositionalEncoding
+from tfxformer.layers.position import PositionalEncoding
 from tfxformer.quantize import pop_quantized_dtype, quantized_dtype, restore_quantization
 
 
@@ -29,18 +26,11 @@ class Transformer(keras.Model):
     and the decoder self-attention is causal.
 
     Args:
-        vocab_size: size of the shared vocabulary.
-        num_layers: N, layers in each of the encoder and decoder (6).
-        d_model: model width (512). num_heads: h (8). d_ff: FFN inner width (2048).
-        position_embedding: "sinusoidal" (paper) or "learned" (Table 3 row E).
-        max_positions: size of the position table: the longest sequence a learned table
-            embeds, and the decoders' and translator's position cap (1024). Called
-            `max_length` before; the constructor and `from_config` still accept that name.
-        **kwargs: the sub-layer settings of :class:`tfxformer.layers.block.TransformerBlock`
-            with its defaults: dropout (P_drop on sub-layer outputs and embedding sums,
-            0.1), attention_dropout, activation_dropout (departures, 0), norm_first
-            (pre-norm, a departure; False), layer_norm_epsilon (1e-6); then those of
-            keras.Model (name, dtype, ...).
+        config: a :class:`tfxformer.config.ModelConfig` (vocabulary size, N, d_model, h,
+            d_ff, dropouts, norm placement, position table; its defaults are the paper's
+            base model), or None to build one from the keyword arguments.
+        **kwargs: `ModelConfig` fields (`Transformer(vocab_size=100, num_layers=2)`, or
+            overrides of `config`), then the arguments of keras.Model (name, dtype, ...).
 
     Call arguments:
         inputs: a tuple `(source_ids, target_ids)`: (B, S) and (B, T) integer ids, pad 0.
@@ -59,47 +49,30 @@ class Transformer(keras.Model):
     TensorShape([1, 2, 100])
     """
 
-    def __init__(self, vocab_size, num_layers=6, d_model=512, num_heads=8, d_ff=2048,
-                 position_embedding="sinusoidal", max_positions=DEFAULT_MAX_POSITIONS,
-                 **kwargs):
-        if "max_length" in kwargs:  # the old name of max_positions
-            if max_positions != DEFAULT_MAX_POSITIONS:
-                kwargs["max_positions"] = max_positions  # both given: let the check name them
-            kwargs = renamed_model_arguments(kwargs)
-            max_positions = kwargs.pop("max_positions")
-        settings = {k: kwargs.pop(k) for k in block_arguments() if k in kwargs}
+    def __init__(self, config: ModelConfig | None = None, **kwargs):
+        fields = {k: kwargs.pop(k) for k in ModelConfig.field_names() if k in kwargs}
+        config = ModelConfig(**fields) if config is None else \
+            ModelConfig.from_dict(config).replace(**fields)
         self._saved_quantization = pop_quantized_dtype(kwargs)  # a quantized model's config
         super().__init__(**kwargs)
         policy = self.dtype_policy
-        dropout = settings.get("dropout", block_defaults()["dropout"])
-        self.embedding = SharedEmbedding(vocab_size, d_model, name="shared_embedding",
-                                         dtype=policy)
-        self.position = PositionalEncoding(position_embedding, max_positions,
+        self.model_config = config
+        self.embedding = SharedEmbedding(config.vocab_size, config.d_model,
+                                         name="shared_embedding", dtype=policy)
+        self.position = PositionalEncoding(config.position_embedding, config.max_positions,
                                            name="positional_encoding", dtype=policy)
-        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=policy)
-        stack = dict(num_layers=num_layers, d_model=d_model, num_heads=num_heads, d_ff=d_ff)
-        self.encoder = Encoder(name="encoder", dtype=policy, **stack, **settings)
-        self.decoder = Decoder(name="decoder", dtype=policy, **stack, **settings)
-        blocks = self.encoder.block_config()
-        self.model_config = dict(
-            vocab_size=self.embedding.vocab_size, num_layers=self.encoder.num_layers,
-            **blocks, position_embedding=position_embedding,
-            max_positions=self.position.max_positions)
-
-    @classmethod
-    def defaults(cls) -> dict:
-        """Every architecture argument but vocab_size, with its default (the base model)."""
-        params = inspect.signature(cls.__init__).parameters.values()
-        own = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-        return {**own, **block_defaults()}
+        self.embedding_dropout = keras.layers.Dropout(config.dropout, dtype=policy)
+        stack = dict(num_layers=config.num_layers, **config.layer_settings())
+        self.encoder = Encoder(name="encoder", dtype=policy, **stack)
+        self.decoder = Decoder(name="decoder", dtype=policy, **stack)
 
     @classmethod
     def from_preset(cls, name, vocab_size, **overrides):
         """A model of preset `name` ("base", "big", "tiny", "small"; see tfxformer.config)."""
-        return cls(**get_preset(name, vocab_size=vocab_size, **overrides))
+        return cls(get_preset(name, vocab_size=vocab_size, **overrides))
 
     def build(self, input_shape=None):
-        vectors = (None, None, self.model_config["d_model"])
+        vectors = (None, None, self.model_config.d_model)
         self.embedding.build()
         self.position.build(vectors)
         self.encoder.build(vectors)
@@ -142,15 +115,16 @@ class Transformer(keras.Model):
                             memory_padding_mask=source_mask,
                             return_attention_scores=return_attention_scores, training=training)
 
-    def init_cache(self, memory, max_length=None, batch_size=None):
-        """Decoder cache for up to `max_length` target positions, or a growing one with
-        None; `batch_size` N rows of self-attention slots (default B; B * beams for beam
-        search), see Decoder.init_cache."""
+    def init_cache(self, memory, cache_length=None, batch_size=None):
+        """Decoder cache of `cache_length` target positions (for `static_cache=True`
+        steps), or a growing one with None (for `static_cache=False`); `batch_size` N rows
+        of self-attention slots (default B; B * beams for beam search), see
+        Decoder.init_cache."""
         if not self.built:
             self.build()
-        return self.decoder.init_cache(memory, max_length, batch_size=batch_size)
+        return self.decoder.init_cache(memory, cache_length, batch_size=batch_size)
 
-    def decode_step(self, target_ids, source_mask, cache, cache_index, append_cache=False,
+    def decode_step(self, target_ids, source_mask, cache, cache_index, static_cache=True,
                     beams=1, logit_rows=None):
         """Incremental decoding: ids (N, t) at positions [cache_index, cache_index + t).
 
@@ -158,7 +132,8 @@ class Transformer(keras.Model):
         rows of :meth:`decode`. `source_mask` (B, S) has the memory's batch; `beams` is the
         number of rows of `target_ids` per memory row, N = B * beams (row b * beams + k is
         hypothesis k of sentence b), so the beams of a sentence read its memory once.
-        `append_cache=True` for a growing cache (``init_cache(memory, None)``).
+        `static_cache=True` writes into the slots of ``init_cache(memory, L)``;
+        `static_cache=False` appends to a growing cache (``init_cache(memory, None)``).
         `logit_rows` (V', D): rows of the shared embedding (a vocabulary shortlist,
         gathered once per batch, :mod:`tfxformer.decoding.shortlist`); the logits are then
         (N, t, V') over those tokens only, the same values as the full logits' columns.
@@ -166,7 +141,7 @@ class Transformer(keras.Model):
         x = self.embed(target_ids, start_index=cache_index)
         out, cache = self.decoder.call_cached(x, cache, cache_index,
                                               memory_padding_mask=source_mask,
-                                              append_cache=append_cache, beams=beams)
+                                              static_cache=static_cache, beams=beams)
         if logit_rows is None:
             return self.embedding.logits(out), cache
         kernel = tf.cast(logit_rows, out.dtype)  # as SharedEmbedding.logits, on V' rows
@@ -180,16 +155,16 @@ class Transformer(keras.Model):
     def compute_output_spec(self, inputs, training=None):
         """(B, T, vocab_size) float32: the logits stay float32 under mixed precision."""
         _, target = _unpack_inputs(inputs)
-        shape = tuple(target.shape) + (self.model_config["vocab_size"],)
+        shape = tuple(target.shape) + (self.model_config.vocab_size,)
         return keras.KerasTensor(shape, "float32")
 
     def compute_output_shape(self, input_shape):
         _, target_shape = input_shape
-        return tuple(target_shape) + (self.model_config["vocab_size"],)
+        return tuple(target_shape) + (self.model_config.vocab_size,)
 
     def get_config(self):
         config = super().get_config()
-        config.update(self.model_config)
+        config.update(self.model_config.to_dict())
         config.update(quantized_dtype(self))  # after model.quantize(): see tfxformer.quantize
         return config
 
@@ -213,7 +188,12 @@ class Transformer(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        return cls(**renamed_model_arguments(config))
+        """The model of `get_config()`'s dict; one written by an earlier version (old
+        setting names) is upgraded (:meth:`ModelConfig.from_dict`)."""
+        config = dict(config)
+        names = ModelConfig.stored_names()
+        model = {k: config.pop(k) for k in list(config) if k in names}
+        return cls(ModelConfig.from_dict(model), **config)
 
 
 def _unpack_inputs(inputs):

@@ -29,11 +29,11 @@ import tempfile
 
 import tensorflow as tf
 
-from tfxformer.decoding import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_EXTRA_LENGTH
+from tfxformer.config import DecodingOptions
 from tfxformer.decoding.shortlist import build_shortlist_table
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, load_model
 from tfxformer.serving.loading import saved_model_versions
-from tfxformer.serving.translator import DEFAULT_MAX_BATCH_SIZE, Translator
+from tfxformer.serving.translator import Translator
 from tfxformer.serving.warmup import (
     warmup_requests,
     write_batching_parameters,
@@ -58,17 +58,12 @@ def _asset_config(translator, config):
     """The config.json asset: the run config plus the model, precision, shortlist and
     decoding settings (each set anew, so a re-export never keeps a stale one)."""
     config = dict(config or {})
-    config["model"] = dict(translator.model.model_config)
+    config["model"] = translator.model.model_config.to_dict()
     config["compute_dtype"] = translator.model.compute_dtype
     config["precision"] = PRECISION_OF_DTYPE.get(translator.model.compute_dtype,
                                                  translator.model.compute_dtype)
     config["shortlist"] = translator.shortlist_info
-    config["decoding"] = dict(
-        beam_size=translator.beam_size, alpha=translator.alpha,
-        extra_length=translator.extra_length, max_batch_size=translator.max_batch_size,
-        max_input_tokens=translator.max_input_tokens,
-        max_output_tokens=translator.max_output_tokens,
-        max_input_length=translator.max_input_tokens)  # former name, for older readers
+    config["decoding"] = translator.options.to_dict()
     return config
 
 
@@ -148,11 +143,11 @@ def trained_length(config):
     return None
 
 
-def make_translator(model, config, spm_bytes, beam_size=DEFAULT_BEAM_SIZE,
-                    alpha=DEFAULT_ALPHA, extra_length=DEFAULT_EXTRA_LENGTH,
-                    max_batch_size=DEFAULT_MAX_BATCH_SIZE, max_input_tokens=None,
-                    max_output_tokens=None, shortlist=None):
+def make_translator(model, config, spm_bytes, beam_size=None, alpha=None, extra_length=None,
+                    max_batch_size=None, max_input_tokens=None, max_output_tokens=None,
+                    shortlist=None):
     """A :class:`Translator` whose unset limits default to the run's training length
+    and whose other unset options (None) are :class:`tfxformer.config.DecodingOptions`'
     (`shortlist`: a :class:`tfxformer.decoding.ShortlistTable` or None)."""
     trained = trained_length(config)
     return Translator(model, spm_bytes, beam_size=beam_size, alpha=alpha,
@@ -243,7 +238,7 @@ def _shortlist_for(config, spm_bytes, model, shortlist, shortlist_data, max_pair
                          "--shortlist-data: a folder with train.SRC/train.TGT, or wmt14).")
     train = (config or {}).get("train") or {}
     try:
-        return shortlist_from_data(spm_bytes, int(model.model_config["vocab_size"]), data,
+        return shortlist_from_data(spm_bytes, int(model.model_config.vocab_size), data,
                                    src, tgt, per_source, frequent, max_pairs,
                                    train.get("tfds_data_dir"))
     except FileNotFoundError as err:
@@ -253,11 +248,10 @@ def _shortlist_for(config, spm_bytes, model, shortlist, shortlist_data, max_pair
                                 "--shortlist-data)") from None
 
 
-def export_run_dir(model_dir, export_dir, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
-                   extra_length=DEFAULT_EXTRA_LENGTH, max_batch_size=DEFAULT_MAX_BATCH_SIZE,
-                   checkpoint=None, version=None, precision="fp32", max_input_tokens=None,
-                   max_output_tokens=None, num_batch_threads=None, shortlist=None,
-                   shortlist_data=None, shortlist_max_pairs=None):
+def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_length=None,
+                   max_batch_size=None, checkpoint=None, version=None, precision="fp32",
+                   max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
+                   shortlist=None, shortlist_data=None, shortlist_max_pairs=None):
     """Loads a trained run dir (:func:`tfxformer.rundir.load_model`) and exports its translator
     (`precision` "bf16": computes in bfloat16, float32 weights). The input and output
     limits default to the run's training `max_length` (:func:`trained_length`), else
@@ -287,7 +281,7 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
     :func:`make_translator`'s. Beam size, α, extra length and token limits not given
     (or None) are the source's (its config asset's `decoding`)."""
     model, config, spm_bytes = load_saved_model_weights(version_dir, precision=precision)
-    source = (config or {}).get("decoding", {})
+    source = DecodingOptions.upgrade((config or {}).get("decoding") or {})
     for name in INHERITED_OPTIONS:
         if options.get(name) is None and source.get(name) is not None:
             options[name] = source[name]

@@ -15,22 +15,13 @@ import sys
 
 import tensorflow as tf
 
-from tfxformer import rundir
-from tfxformer.decoding import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_EXTRA_LENGTH
-from tfxformer.rundir import (  # noqa: F401 (older public names, kept for users)
-    CONFIG_FILENAME,
-    SPM_FILENAME,
-    find_checkpoint,
-    untracked_weights,
-)
-from tfxformer.rundir import load_model as load_run_dir  # noqa: F401 (older public name, kept for users)
-from tfxformer.rundir import read_config as read_run_config  # noqa: F401 (older public name, kept for users)
+from tfxformer import checks, rundir
+from tfxformer.config import DecodingOptions
+from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME
 from tfxformer.serving.batching import translate_in_length_order
 from tfxformer.serving.translator import Translator
 
-DEFAULT_BATCH_SIZE = 64
-_PAPER_OPTIONS = dict(beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA,
-                      extra_length=DEFAULT_EXTRA_LENGTH)  # §6.1
+_DEFAULTS = DecodingOptions()
 
 
 def saved_model_versions(export_dir):
@@ -72,8 +63,7 @@ class TranslateFn:
     """
 
     def __init__(self, function, owner, path, kind, options, batch_size):
-        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"`batch_size` must be an integer >= 1, got {batch_size!r}.")
+        batch_size = checks.integer(batch_size, "batch_size", 1)
         self._function, self._owner = function, owner  # tf.functions hold theirs weakly
         self.path, self.kind, self.options = path, kind, dict(options)
         self.batch_size = int(batch_size)
@@ -87,31 +77,33 @@ class TranslateFn:
 
     def describe(self) -> str:
         """One line for a log: the model and its decoding options."""
+        options = self.options
         return (f"model: {self.path} ({self.kind.replace('_', ' ')}); beam size "
-                f"{self.options['beam_size']}, alpha {self.options['alpha']}, extra length "
-                f"{self.options['extra_length']}")
+                f"{options['beam_size']}, alpha {options['alpha']}, extra length "
+                f"{options['extra_length']}")
 
 
 def make_translate_fn(model, spm_bytes: bytes, beam_size=None, alpha=None,
-                      extra_length=None, batch_size=DEFAULT_BATCH_SIZE, path=None):
+                      extra_length=None, batch_size=_DEFAULTS.batch_size, path=None):
     """A :class:`TranslateFn` over a Transformer in memory and its vocabulary `spm_bytes`,
     translating with the exported graph (:class:`tfxformer.serving.Translator`)."""
-    given = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
-    options = {k: _PAPER_OPTIONS[k] if v is None else v for k, v in given.items()}
+    options = _DEFAULTS.replace(beam_size=beam_size, alpha=alpha,
+                                extra_length=extra_length).search_options()
     translator = Translator(model, spm_bytes, max_batch_size=batch_size, **options)
     return TranslateFn(translator.__call__, translator, path or "model in memory",
                        "run_dir" if path else "model", options, batch_size)
 
 
 def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
-                      batch_size=DEFAULT_BATCH_SIZE, precision="fp32", checkpoint=None):
+                      batch_size=_DEFAULTS.batch_size, precision="fp32", checkpoint=None):
     """The translate function of a SavedModel version dir, its export dir, or a run dir.
 
     Args:
         path: a SavedModel version dir, an export dir (its highest version is taken), or a
             trained run dir (its averaged checkpoint first, :func:`tfxformer.rundir.load_model`).
         beam_size, alpha, extra_length: decoding options (§6.1); None takes the export's
-            (its config.json asset), else the paper's (4, 0.6, 50).
+            (its config.json asset), else :class:`tfxformer.config.DecodingOptions`'
+            (the paper's 4, 0.6, 50).
         batch_size: sentences per translation call.
         precision: compute type of a run dir's model ("fp32", "bf16", "fp16"); a SavedModel
             computes in the type it was exported with.
@@ -135,10 +127,8 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
             raise ValueError(f"`{name}` {value!r} applies to run dirs; {resolved!r} is a "
                              "SavedModel, which computes as it was exported.")
     loaded = _load_saved_model(resolved)
-    exported = _exported_options(loaded)
     given = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
-    options = {k: v if v is not None else exported.get(k, _PAPER_OPTIONS[k])
-               for k, v in given.items()}
+    options = _exported_options(loaded).replace(**given).search_options()
     if all(v is None for v in given.values()):
         default = loaded.signatures["serving_default"]
         function = lambda text: default(text=text)  # noqa: E731
@@ -166,10 +156,10 @@ def _load_saved_model(path):
     return loaded
 
 
-def _exported_options(loaded) -> dict:
-    """Decoding defaults from the export's config.json asset, if any."""
+def _exported_options(loaded) -> DecodingOptions:
+    """The decoding options of the export's config.json asset (the defaults without one)."""
     asset = getattr(loaded, "config_asset", None)
     if asset is None:
-        return {}
+        return _DEFAULTS
     with open(asset.asset_path.numpy().decode(), encoding="utf-8") as f:
-        return json.load(f).get("decoding", {})
+        return DecodingOptions.from_dict(json.load(f).get("decoding") or {})

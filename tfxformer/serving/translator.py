@@ -7,22 +7,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfxformer.config import DecodingOptions
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
-from tfxformer.decoding import (
-    DEFAULT_ALPHA,
-    DEFAULT_BEAM_SIZE,
-    DEFAULT_EXTRA_LENGTH,
-    beam_search,
-)
+from tfxformer.decoding import beam_search
 from tfxformer.decoding.shortlist import check_table, shortlist_ids
 from tfxformer.ids import EOS_ID
 
-DEFAULT_MAX_BATCH_SIZE = 64
-# Sentence-level MT: the longest newstest2014 sentence is 134 (EN) / 153 (DE) pieces even
-# under the shipped 8k caption vocabulary, which over-segments news text (README, Serving).
-# Longer inputs are paragraphs; each limit is also capped by the model's positions.
-DEFAULT_MAX_INPUT_TOKENS = 256
-DEFAULT_MAX_OUTPUT_TOKENS = 256
 # Raw input is cut to this many characters per allowed token before tokenizing, so a
 # huge string costs little: a BPE piece spans at most 16 characters (SentencePiece's
 # default max_sentencepiece_length), and runs of whitespace are collapsed.
@@ -43,18 +33,6 @@ def sanitize_utf8(text):
     """(N,) strings -> valid UTF-8, invalid bytes replaced by U+FFFD (core TF op)."""
     return tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace",
                                         replacement_char=REPLACEMENT_CHAR)
-
-
-def _positive_int(value, name):
-    if isinstance(value, bool) or int(value) != value or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
-    return int(value)
-
-
-def model_positions(model):
-    """The model's positional-table size (`max_positions`, formerly `max_length`)."""
-    config = model.model_config
-    return int(config["max_positions"])
 
 
 def _checked(tensor, condition, message):
@@ -87,13 +65,15 @@ class Translator(tf.Module):
     Args:
         model: a built or unbuilt :class:`tfxformer.Transformer` with trained weights.
         sentencepiece_model: the bytes of `spm.model` (ids pad 0, unk 1, bos 2, eos 3).
-        beam_size, alpha, extra_length: decoding defaults (4, 0.6, 50: §6.1, output
-            length limit = source length + `extra_length`).
-        max_batch_size: sentences decoded together (default 64).
-        max_input_tokens: source tokens kept, EOS included (default 256, at most the
-            model's positions); `max_input_length` is its former name.
+        beam_size, alpha, extra_length: decoding defaults (None: those of
+            :class:`tfxformer.config.DecodingOptions`, 4, 0.6, 50: §6.1, output length
+            limit = source length + `extra_length`).
+        max_batch_size: sentences decoded together (None: `DecodingOptions.batch_size`,
+            64).
+        max_input_tokens: source tokens kept, EOS included (None: 256, at most the
+            model's positions).
         max_output_tokens: the decode limit, EOS included, whatever the source length
-            (default 256, at most the model's positions).
+            (None: 256, at most the model's positions).
         shortlist: None (the full vocabulary), or a
             :class:`tfxformer.decoding.ShortlistTable` for the model's vocabulary: each
             chunk is then decoded over its shortlist only (the table rows of its source
@@ -117,11 +97,9 @@ class Translator(tf.Module):
     >>> translator(tf.constant(["A dog runs.", ""]))["translation"]
     """
 
-    def __init__(self, model, sentencepiece_model: bytes, beam_size=DEFAULT_BEAM_SIZE,
-                 alpha=DEFAULT_ALPHA, extra_length=DEFAULT_EXTRA_LENGTH,
-                 max_batch_size=DEFAULT_MAX_BATCH_SIZE, max_input_tokens=None,
-                 max_output_tokens=None, name="translator", max_input_length=None,
-                 shortlist=None):
+    def __init__(self, model, sentencepiece_model: bytes, beam_size=None, alpha=None,
+                 extra_length=None, max_batch_size=None, max_input_tokens=None,
+                 max_output_tokens=None, name="translator", shortlist=None):
         super().__init__(name=name)
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
             raise ValueError("`sentencepiece_model` must be the non-empty bytes of spm.model, "
@@ -130,27 +108,22 @@ class Translator(tf.Module):
             model.build()
         self.model = model
         self.sentencepiece_model = sentencepiece_model  # also written as an export asset
-        self.beam_size = _positive_int(beam_size, "beam_size")
-        if not float(alpha) >= 0.0:
-            raise ValueError(f"`alpha` (length penalty exponent) must be >= 0, got {alpha!r}.")
-        self.alpha = float(alpha)
-        if isinstance(extra_length, bool) or int(extra_length) != extra_length \
-                or extra_length < 0:
-            raise ValueError(f"`extra_length` must be an integer >= 0, got {extra_length!r}.")
-        self.extra_length = int(extra_length)
-        self.max_batch_size = _positive_int(max_batch_size, "max_batch_size")
-        if max_input_tokens is None:
-            max_input_tokens = max_input_length
-        positions = model_positions(model)
-        self.max_input_tokens = min(positions, _positive_int(
-            DEFAULT_MAX_INPUT_TOKENS if max_input_tokens is None else max_input_tokens,
-            "max_input_tokens"))
-        self.max_output_tokens = min(positions, _positive_int(
-            DEFAULT_MAX_OUTPUT_TOKENS if max_output_tokens is None else max_output_tokens,
-            "max_output_tokens"))
+        options = DecodingOptions().replace(
+            beam_size=beam_size, alpha=alpha, extra_length=extra_length,
+            batch_size=max_batch_size, max_input_tokens=max_input_tokens,
+            max_output_tokens=max_output_tokens).validate()
+        positions = model.model_config.max_positions
+        self.options = options.replace(
+            max_input_tokens=min(positions, options.max_input_tokens),
+            max_output_tokens=min(positions, options.max_output_tokens))
+        self.beam_size, self.alpha = self.options.beam_size, float(self.options.alpha)
+        self.extra_length = self.options.extra_length
+        self.max_batch_size = self.options.batch_size
+        self.max_input_tokens = self.options.max_input_tokens
+        self.max_output_tokens = self.options.max_output_tokens
         self.shortlist_info = None
         if shortlist is not None:
-            table = check_table(shortlist, int(model.model_config["vocab_size"]))
+            table = check_table(shortlist, int(model.model_config.vocab_size))
             self.shortlist_info = dict(table.info, table_shape=list(table.table.shape),
                                        frequent_ids=int(table.frequent.size))
             self.shortlist_table = tf.Variable(table.table, trainable=False,
