@@ -339,3 +339,24 @@ def test_encoder_and_decoder_share_one_stack_base_and_its_defaults():
     assert dec.layer_0.get_config()["dropout"] == 0.2
     with pytest.raises(ValueError, match="num_layers.*0"):
         layers.Encoder(0, d_model=D, num_heads=2, d_ff=16)
+
+
+@pytest.mark.parametrize("cls, kwargs", [
+    (layers.DecoderLayer, dict(d_model=D, num_heads=2, d_ff=16)),
+    (layers.Decoder, dict(num_layers=2, d_model=D, num_heads=2, d_ff=16, norm_first=True))])
+def test_multi_input_layers_build_by_input_names(cls, kwargs):
+    """Keras 3 (and keras-hub's layer harness) build a multi-input layer by the names of
+    its call arguments, `build(x_shape=..., memory_shape=...)`; the positional form stays."""
+    by_name = cls(**kwargs)
+    by_name.build(x_shape=(B, T, D), memory_shape=(B, S, D))
+    positional = cls(**kwargs)
+    positional.build((B, T, D))
+    assert by_name.built and positional.built
+    def paths(layer):  # below the layer's own (auto-numbered) name
+        return [w.path.split("/", 1)[1] for w in layer.weights]
+
+    assert paths(by_name) == paths(positional)
+    assert [w.shape for w in by_name.weights] == [w.shape for w in positional.weights]
+    assert by_name(X, MEMORY).shape == (B, T, D)
+    with pytest.raises(ValueError, match=r"`memory_shape` must be \(B, S, 8\).*got \(2, 5, 9\)"):
+        cls(**kwargs).build(x_shape=(B, T, D), memory_shape=(B, S, D + 1))

@@ -113,7 +113,7 @@ class TransformerBlock(keras.layers.Layer):
         """The constructor arguments of this layer (those of `TransformerBlock.__init__`)."""
         return {name: getattr(self, name) for name in BLOCK_SETTINGS}
 
-    def build(self, input_shape, *args, **kwargs):
+    def build(self, input_shape):
         input_shape = tuple(input_shape)
         for layer in self._sublayers():
             layer.build(input_shape)
@@ -182,7 +182,7 @@ class LayerStack(keras.layers.Layer):
         """The layers' constructor arguments (one TransformerBlock's)."""
         return self.layer_0.block_config()
 
-    def build(self, input_shape, *args, **kwargs):
+    def build(self, input_shape):
         for layer in self.stack:
             layer.build(input_shape)
         if self.final_norm is not None:

@@ -15,6 +15,15 @@ def _scores_spec(x, memory, num_heads):
             "cross": keras.KerasTensor((batch, num_heads, length, memory.shape[1]), "float32")}
 
 
+def _check_memory_width(memory_shape, d_model):
+    if memory_shape is None:
+        return
+    memory_shape = tuple(memory_shape)
+    if len(memory_shape) != 3 or memory_shape[-1] not in (None, d_model):
+        raise ValueError(f"`memory_shape` must be (B, S, {d_model}) (the encoder output, "
+                         f"width d_model), got {memory_shape}.")
+
+
 @keras.saving.register_keras_serializable(package="tfxformer")
 class DecoderLayer(TransformerBlock):
     """One decoder layer: causal self-attention, encoder–decoder attention, feed-forward (§3.1).
@@ -55,6 +64,14 @@ class DecoderLayer(TransformerBlock):
         self.self_attention_block = self.residual_block("self_attention_block")
         self.cross_attention_block = self.residual_block("cross_attention_block")
         self.feed_forward_block = self.residual_block("feed_forward_block")
+
+    def build(self, x_shape, memory_shape=None):
+        """Builds on the target shape `x_shape` (B, T, D), given by position (as
+        `build(input_shape)`) or by name as Keras 3 passes a multi-input layer's shapes
+        (`build(x_shape=..., memory_shape=...)`); `memory_shape` (B, S, D) must have
+        the same width D."""
+        _check_memory_width(memory_shape, self.d_model)
+        super().build(x_shape)
 
     def _sublayers(self):
         return [self.self_attention, self.cross_attention, self.feed_forward,
@@ -154,6 +171,12 @@ class Decoder(LayerStack):
     """
 
     layer_class = DecoderLayer
+
+    def build(self, x_shape, memory_shape=None):
+        """As :meth:`DecoderLayer.build`: `x_shape` by position or by name, and the
+        optional `memory_shape`."""
+        _check_memory_width(memory_shape, self.layer_0.d_model)
+        super().build(x_shape)
 
     def init_cache(self, memory, cache_length=None, batch_size=None):
         """Per-layer caches for decoding up to `cache_length` tokens against `memory` (B, S, D).

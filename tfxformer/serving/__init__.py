@@ -14,20 +14,15 @@ from tfxformer.serving.export import (
 )
 from tfxformer.serving.loading import (
     TranslateFn,
-    find_checkpoint,
-    load_run_dir,
     load_translate_fn,
     make_translate_fn,
-    read_run_config,
     resolve_model_dir,
     saved_model_versions,
-    untracked_weights,
 )
 from tfxformer.serving.translator import Translator, sanitize_utf8
 
 __all__ = [
     "TranslateFn", "Translator", "export_run_dir", "export_saved_model", "export_translator",
-    "find_checkpoint", "load_run_dir", "load_translate_fn", "make_translate_fn",
-    "next_version", "read_run_config", "resolve_model_dir", "sanitize_utf8",
-    "saved_model_versions", "shortlist_from_data", "untracked_weights",
+    "load_translate_fn", "make_translate_fn", "next_version", "resolve_model_dir",
+    "sanitize_utf8", "saved_model_versions", "shortlist_from_data",
 ]
