@@ -336,3 +336,21 @@ def test_no_eos_id_runs_every_sentence_to_its_limit():
     np.testing.assert_array_equal(out.lengths, [6, 6, 6])
     beam = sequence_beam_search(stub.start(STOPS, beams=2, extra_length=4), 2, 0.6, eos_id=None)
     np.testing.assert_array_equal(beam.lengths, [[6, 6]] * 3)
+
+
+def test_decoding_options_own_the_defaults_and_name_bad_values():
+    from tfxformer.config import DecodingOptions
+
+    options = DecodingOptions()
+    assert (options.beam_size, options.alpha, options.extra_length, options.batch_size) == \
+        (4, 0.6, 50, 64)  # §6.1; the batch every entry point translates with
+    assert DecodingOptions.from_dict(options.to_dict()) == options
+    assert DecodingOptions.from_dict({"max_batch_size": 8}).batch_size == 8  # an old name
+    for bad, message in ((dict(beam_size=0), "`beam_size` must be an integer >= 1, got 0"),
+                         (dict(alpha=-1.0), "`alpha` must be a number >= 0.0, got -1.0"),
+                         (dict(extra_length=2.5), "`extra_length` must be an integer >= 0"),
+                         (dict(batch_size=True), "`batch_size` must be an integer >= 1")):
+        with pytest.raises(ValueError, match=message):
+            options.replace(**bad)
+    with pytest.raises(ValueError, match="Unknown DecodingOptions setting.*'beam'"):
+        options.replace(beam=2)

@@ -64,8 +64,9 @@ def test_checkpoint_reaches_every_model_weight():
 
 def test_load_run_dir_restores_the_trained_weights(run_dir, spm_model):
     path, trained = run_dir
-    model, config, spm_bytes = load_model(path)
-    assert config["src"] == "en" and spm_bytes == spm_model
+    model, record, spm_bytes = load_model(path)
+    assert record.src == "en" and spm_bytes == spm_model
+    assert record.model == model.model_config and record.to_dict() == read_config(path)
     source, target = tf.constant([[7, 8, 9, 3]]), tf.constant([[2, 10, 11]])
     np.testing.assert_allclose(model((source, target)), trained((source, target)), atol=1e-6)
 
@@ -406,3 +407,24 @@ def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_pa
     with pytest.raises(SystemExit) as exit_info:
         main(["--model", first, "--export-dir", base, "--checkpoint", "x"])
     assert exit_info.value.code == 2
+
+
+def test_run_record_reads_old_layouts_and_round_trips():
+    """An export asset of an earlier version: old decoding names, the languages and the
+    length filter only under "train", the position table under its old name."""
+    from tfxformer.rundir import RunRecord
+
+    old = {"model": {"vocab_size": 320, "num_layers": 2, "d_model": 32, "num_heads": 4,
+                     "d_ff": 64, "max_length": 40},
+           "train": {"src": "en", "tgt": "fr", "max_length": 30, "data": "multi30k"},
+           "decoding": {"beam_size": 3, "alpha": 1.0, "extra_length": 5, "max_batch_size": 8,
+                        "max_input_length": 20, "max_output_tokens": 20},
+           "precision": "fp32", "shortlist": None}
+    record = RunRecord.from_dict(old)
+    assert (record.model.max_positions, record.src, record.tgt, record.max_length) == \
+        (40, "en", "fr", 30)
+    assert (record.decoding.batch_size, record.decoding.max_input_tokens) == (8, 20)
+    assert record.training_data() == "multi30k" and record.export["precision"] == "fp32"
+    assert RunRecord.from_dict(record.to_dict()) == record
+    with pytest.raises(ValueError, match="Keys \\['sourc'\\] are not part of"):
+        RunRecord.from_dict({**old, "sourc": "en"})

@@ -15,6 +15,10 @@ import dataclasses
 
 from tfxformer import checks
 
+__all__ = [
+    "PRECISION_POLICIES", "PRESETS", "DecodingOptions", "ModelConfig", "get_preset"
+]
+
 # Names that model settings had in files written by earlier versions (run dirs'
 # config.json, SavedModel assets, .keras files): read as the new name, never written.
 _OLD_MODEL_NAMES = {"max_length": "max_positions"}

@@ -8,6 +8,10 @@ import os
 
 import tensorflow as tf
 
+__all__ = [
+    "barrier", "make_strategy", "mirrored_strategy", "split_cpu"
+]
+
 log = logging.getLogger(__name__)
 
 
@@ -35,7 +39,7 @@ def split_cpu(num_devices: int) -> None:
                 f"initialised with {have}. Call split_cpu() before running any op.") from error
 
 
-def num_workers_in_tf_config() -> int:
+def _num_workers_in_tf_config() -> int:
     """Number of workers (chief included) that TF_CONFIG names; 1 without TF_CONFIG."""
     raw = os.environ.get("TF_CONFIG")
     if not raw:
@@ -70,7 +74,7 @@ def make_strategy(cpu_devices: int | None = None) -> tf.distribute.Strategy:
     - otherwise MirroredStrategy over all GPUs, or over `cpu_devices` logical CPU devices
       when there are no GPUs (one CPU device by default).
     """
-    if num_workers_in_tf_config() > 1:
+    if _num_workers_in_tf_config() > 1:
         if cpu_devices and cpu_devices > 1:
             split_cpu(cpu_devices)
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -88,7 +92,7 @@ def make_strategy(cpu_devices: int | None = None) -> tf.distribute.Strategy:
 def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
     """Whether `strategy` spans several worker processes."""
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
-        num_workers_in_tf_config() > 1
+        _num_workers_in_tf_config() > 1
 
 
 def barrier(strategy: tf.distribute.Strategy) -> None:

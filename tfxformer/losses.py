@@ -7,6 +7,11 @@ import tensorflow as tf
 
 from tfxformer.ids import PAD_ID
 
+__all__ = [
+    "LabelSmoothedCrossEntropy", "fused_label_smoothed_nll", "label_smoothed_nll",
+    "label_smoothed_per_token", "token_weights"
+]
+
 
 def label_smoothed_per_token(labels, logits, label_smoothing=0.1):
     """Per-token label-smoothed negative log-likelihood, (B, T) float32, 0 at pad tokens.
@@ -170,7 +175,7 @@ def _chunked_loss_and_gradients(rows, embeddings, labels, weights, epsilon, chun
     return loss, d_rows, tf.cast(d_embeddings, embeddings.dtype)
 
 
-def global_sum(value):
+def _global_sum(value):
     """Sum of `value` over all replicas when called inside a replica context, else `value`."""
     if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
         return tf.distribute.get_replica_context().all_reduce(
@@ -238,7 +243,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
                 return total
             divisor = weights if self.reduction == "mean_with_sample_weight" else mask
             # A scalar is returned as is by Keras (no per-replica rescaling).
-            return tf.math.divide_no_nan(total, global_sum(tf.reduce_sum(divisor)))
+            return tf.math.divide_no_nan(total, _global_sum(tf.reduce_sum(divisor)))
 
     def get_config(self):
         config = super().get_config()

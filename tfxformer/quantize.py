@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import keras
 
+# Helpers of Transformer's get_config / from_config / build; nothing here is public API.
+__all__: list[str] = []
+
 
 def _resolved_policy(layer):
     policy = layer._dtype_policy  # a layer built under a map resolves its path in it

@@ -21,6 +21,7 @@ preferred to `checkpoints/`; resuming training reads `checkpoints/` only.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 import json
@@ -29,7 +30,7 @@ import os
 
 import tensorflow as tf
 
-from tfxformer.config import PRECISION_POLICIES, ModelConfig
+from tfxformer.config import PRECISION_POLICIES, DecodingOptions, ModelConfig
 from tfxformer.data.tokenizer import MODEL_FILENAME as SPM_FILENAME
 from tfxformer.data.tokenizer import Tokenizer
 from tfxformer.models.transformer import Transformer
@@ -38,17 +39,13 @@ log = logging.getLogger("tfxformer")
 
 CONFIG_FILENAME = "config.json"
 CHECKPOINTS, AVERAGED = "checkpoints", "averaged"
-CHECKPOINT_SUBDIRS = (AVERAGED, CHECKPOINTS)  # for loading a model, in order of preference
-STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's state file in each of them
+_CHECKPOINT_SUBDIRS = (AVERAGED, CHECKPOINTS)  # for loading a model, in order of preference
+_STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's state file in each of them
 LOGS, TRAIN_LOG = "logs", "train.log"
 __all__ = [
-    "AVERAGED", "CHECKPOINTS", "CHECKPOINT_SUBDIRS", "CONFIG_FILENAME", "LOGS", "MUST_MATCH",
-    "RECORD_KEYS", "SPM_FILENAME", "STATE_FILE", "TRAIN_LOG", "build_model",
-    "check_compatible", "checkpoint_files",
-    "corrupt_error", "describe_last_checkpoint", "find_checkpoint", "hidden_model_variables",
-    "is_complete", "latest_checkpoint", "load_model", "load_vocabulary", "make_record",
-    "read_config", "read_spm_bytes", "restore", "untracked_weights",
-    "write_atomically", "write_config",
+    "AVERAGED", "CHECKPOINTS", "CONFIG_FILENAME", "LOGS", "SPM_FILENAME", "TRAIN_LOG",
+    "RunRecord", "build_model", "find_checkpoint", "load_model", "load_vocabulary",
+    "read_config", "restore", "untracked_weights",
 ]
 
 # The schema of config.json: every key training writes, and what it holds. Readers accept
@@ -63,8 +60,10 @@ RECORD_KEYS = {
     "vocabulary_sha256": "SHA-256 of spm.model, to tell another vocabulary of the same size",
     "train": "every training setting (tfxformer.training.TrainConfig) of the run",
 }
+# What an export adds to the record in its assets/config.json (tfxformer.serving.export).
+_EXPORT_KEYS = ("decoding", "precision", "compute_dtype", "shortlist")
 # Entries of the record that must match for a run dir to be resumed by a new command.
-MUST_MATCH = ("model", "src", "tgt", "vocabulary_sha256")
+_MUST_MATCH = ("model", "src", "tgt", "vocabulary_sha256")
 _CORRUPT = (tf.errors.OpError, IndexError, OSError)  # a truncated .data raises IndexError
 _NEW_DIR = "restore it, or train into a new run dir (`model_dir`)"
 
@@ -79,10 +78,71 @@ def write_atomically(path: str, data: bytes) -> None:
 
 def make_record(model: ModelConfig, src: str, tgt: str, max_length: int, preset: str,
                 spm_bytes: bytes, train: dict) -> dict:
-    """The config.json record (RECORD_KEYS) of a run."""
-    return {"model": ModelConfig.from_dict(model).to_dict(), "src": src, "tgt": tgt,
-            "max_length": max_length, "preset": preset,
-            "vocabulary_sha256": hashlib.sha256(spm_bytes).hexdigest(), "train": dict(train)}
+    """The config.json record (RECORD_KEYS) of a run, as a JSON-ready dict."""
+    return RunRecord(ModelConfig.from_dict(model), src, tgt, max_length, preset,
+                     hashlib.sha256(spm_bytes).hexdigest(), dict(train)).to_dict()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """A run's config.json (RECORD_KEYS), or an export's assets/config.json (the run's
+    record plus _EXPORT_KEYS), typed: :meth:`from_dict` reads any version of either.
+
+    Attributes:
+        model: the :class:`tfxformer.config.ModelConfig`.
+        src, tgt: the language codes. max_length: the training length filter (None:
+            not recorded). preset: the preset the run started from.
+        vocabulary_sha256: SHA-256 of spm.model. train: every TrainConfig setting.
+        decoding: an export's :class:`tfxformer.config.DecodingOptions` (None in a run dir).
+        export: an export's precision, compute_dtype and shortlist record ({} in a run dir).
+    """
+
+    model: ModelConfig
+    src: str = "en"
+    tgt: str = "de"
+    max_length: int | None = None
+    preset: str | None = None
+    vocabulary_sha256: str | None = None
+    train: dict = dataclasses.field(default_factory=dict)
+    decoding: DecodingOptions | None = None
+    export: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunRecord:
+        """The record of `data` as any version wrote it: a model's old setting names, an
+        export's old decoding names, and languages or length filter recorded only under
+        "train" are upgraded here. Unknown keys raise ValueError."""
+        unknown = sorted(set(data) - set(RECORD_KEYS) - set(_EXPORT_KEYS))
+        if unknown:
+            raise ValueError(f"Keys {unknown} are not part of the {CONFIG_FILENAME} record; "
+                             f"accepted: {sorted(RECORD_KEYS) + sorted(_EXPORT_KEYS)}.")
+        train = dict(data.get("train") or {})
+        length = data.get("max_length", train.get("max_length"))
+        decoding = data.get("decoding")
+        return cls(
+            model=ModelConfig.from_dict(data["model"]),
+            src=data.get("src") or train.get("src") or "en",
+            tgt=data.get("tgt") or train.get("tgt") or "de",
+            max_length=length if isinstance(length, int) and not isinstance(length, bool)
+            and length > 0 else None,
+            preset=data.get("preset"), vocabulary_sha256=data.get("vocabulary_sha256"),
+            train=train,
+            decoding=None if decoding is None else DecodingOptions.from_dict(decoding),
+            export={k: data[k] for k in _EXPORT_KEYS[1:] if k in data})
+
+    def to_dict(self) -> dict:
+        """The JSON object config.json holds (entries not recorded are left out)."""
+        out = {"model": self.model.to_dict(), "src": self.src, "tgt": self.tgt,
+               "max_length": self.max_length, "preset": self.preset,
+               "vocabulary_sha256": self.vocabulary_sha256, "train": dict(self.train)}
+        out = {k: v for k, v in out.items() if v is not None and v != {}}
+        if self.decoding is not None:
+            out["decoding"] = self.decoding.to_dict()
+        return {**out, **self.export}
+
+    def training_data(self) -> str | None:
+        """The run's training data (`train.data`: a text folder or "wmt14"), or None."""
+        return self.train.get("data")
 
 
 def write_config(run_dir: str, record: dict) -> str:
@@ -125,13 +185,13 @@ def read_config(run_dir: str) -> dict:
 
 
 def check_compatible(run_dir: str, record: dict) -> None:
-    """Raises ValueError naming every MUST_MATCH entry where `record` differs from the
+    """Raises ValueError naming every _MUST_MATCH entry where `record` differs from the
     run dir's config.json. An entry the existing record lacks (an older version) is not
     compared."""
     path = os.path.join(run_dir, CONFIG_FILENAME)
     existing = read_config(run_dir)
     diffs = []
-    for key in MUST_MATCH:
+    for key in _MUST_MATCH:
         if key not in existing and key == "vocabulary_sha256":
             continue
         old, new = existing.get(key), record.get(key)
@@ -164,7 +224,7 @@ def load_vocabulary(path: str):
                          f"{_NEW_DIR}.") from error
 
 
-def read_spm_bytes(run_dir: str) -> bytes:
+def _read_spm_bytes(run_dir: str) -> bytes:
     """The bytes of `run_dir/spm.model`."""
     path = os.path.join(run_dir, SPM_FILENAME)
     if not os.path.isfile(path):
@@ -173,7 +233,7 @@ def read_spm_bytes(run_dir: str) -> bytes:
         return f.read()
 
 
-def checkpoint_files(path: str) -> list[str]:
+def _checkpoint_files(path: str) -> list[str]:
     """The files of checkpoint `path` (its .index and .data-* shards) that exist."""
     return sorted(glob.glob(glob.escape(path) + ".index")
                   + glob.glob(glob.escape(path) + ".data-*-of-*"))
@@ -181,7 +241,7 @@ def checkpoint_files(path: str) -> list[str]:
 
 def is_complete(path: str) -> bool:
     """Whether checkpoint `path` has its .index and at least one .data shard."""
-    files = checkpoint_files(path)
+    files = _checkpoint_files(path)
     return any(f.endswith(".index") for f in files) and any(".data-" in f for f in files)
 
 
@@ -196,7 +256,7 @@ def latest_checkpoint(directory: str) -> str | None:
         ValueError: the state file is unreadable, or a named checkpoint is incomplete,
             or none of the named checkpoints has its files.
     """
-    state_path = os.path.join(directory, STATE_FILE)
+    state_path = os.path.join(directory, _STATE_FILE)
     if not os.path.exists(state_path):
         strays = sorted(glob.glob(os.path.join(glob.escape(directory), "ckpt-*.index")))
         if strays:
@@ -216,10 +276,10 @@ def latest_checkpoint(directory: str) -> str | None:
     latest = state.model_checkpoint_path
     if is_complete(latest):
         return latest
-    if checkpoint_files(latest):
+    if _checkpoint_files(latest):
         raise ValueError(
             f"Checkpoint {latest}, the latest that {state_path} names, is incomplete: only "
-            f"{', '.join(checkpoint_files(latest))} exist(s). Delete its files to resume "
+            f"{', '.join(_checkpoint_files(latest))} exist(s). Delete its files to resume "
             "from the previous checkpoint, or train into a new run dir (`model_dir`).")
     for path in reversed(state.all_model_checkpoint_paths):
         if is_complete(path):
@@ -237,7 +297,7 @@ def find_checkpoint(run_dir: str) -> str | None:
     names, else the latest of `checkpoints/` (:func:`latest_checkpoint`); None if none.
     An averaged checkpoint older than the newest of `checkpoints/` is still taken, with a
     warning naming the newer one."""
-    folders = {d: os.path.join(run_dir, d) for d in CHECKPOINT_SUBDIRS}
+    folders = {d: os.path.join(run_dir, d) for d in _CHECKPOINT_SUBDIRS}
     averaged = latest_checkpoint(folders[AVERAGED]) if os.path.isdir(folders[AVERAGED]) \
         else None
     if averaged is None:
@@ -266,7 +326,7 @@ def describe_last_checkpoint(run_dir: str) -> str:
 
 def corrupt_error(path: str, error: Exception) -> ValueError:
     """The ValueError for checkpoint `path` whose files TensorFlow cannot read."""
-    files = ", ".join(checkpoint_files(path)) or f"{path}.*"
+    files = ", ".join(_checkpoint_files(path)) or f"{path}.*"
     reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error)
     return ValueError(f"Checkpoint {path} is corrupt or truncated ({reason}). Its files: "
                       f"{files}. Delete them to resume from the previous checkpoint, or "
@@ -326,9 +386,10 @@ def build_model(model: dict | ModelConfig, precision: str = "fp32"):
 
 
 def load_model(path: str, checkpoint: str | None = None, precision: str = "fp32"):
-    """Loads run dir `path` into `(model, config, spm_bytes)`.
+    """Loads run dir `path` into `(model, record, spm_bytes)`, `record` its config.json
+    as a :class:`RunRecord` (an older version's upgraded).
 
-    Builds the Transformer of `config["model"]` and restores the weights of `checkpoint`
+    Builds the Transformer of `record.model` and restores the weights of `checkpoint`
     (default: :func:`find_checkpoint`, averaged first), checking that every model weight
     is tracked and restored; optimizer and step entries are ignored. `precision` "bf16"
     or "fp16" computes in that type (float32 weights, logits, softmax and LayerNorm).
@@ -342,15 +403,15 @@ def load_model(path: str, checkpoint: str | None = None, precision: str = "fp32"
         raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"Run dir {path!r} does not exist.")
-    config = read_config(path)
-    spm_bytes = read_spm_bytes(path)
+    record = RunRecord.from_dict(read_config(path))
+    spm_bytes = _read_spm_bytes(path)
     checkpoint = checkpoint or find_checkpoint(path)
     if checkpoint is None:
         raise FileNotFoundError(
             f"No checkpoint in run dir {path!r}: looked for the latest ckpt-<step> that the "
-            f"state file `{STATE_FILE}` names in "
-            f"{', '.join(f'{d}/' for d in CHECKPOINT_SUBDIRS)}.")
-    model = build_model(config["model"], precision)
+            f"state file `{_STATE_FILE}` names in "
+            f"{', '.join(f'{d}/' for d in _CHECKPOINT_SUBDIRS)}.")
+    model = build_model(record.model, precision)
     restore(tf.train.Checkpoint(model=model), checkpoint, f"the model of {CONFIG_FILENAME}")
     log.info("Loaded %s", checkpoint)
-    return model, config, spm_bytes
+    return model, record, spm_bytes

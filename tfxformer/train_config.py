@@ -14,6 +14,8 @@ import re
 from tfxformer import checks
 from tfxformer.config import PRECISION_POLICIES, PRESETS, DecodingOptions, ModelConfig, get_preset
 
+__all__ = ["TrainConfig", "setting", "settings_as_flags"]
+
 PRECISIONS = tuple(PRECISION_POLICIES)
 _DECODING = DecodingOptions()
 ON_NONFINITE = ("skip", "stop")

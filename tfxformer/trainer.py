@@ -25,6 +25,8 @@ import tensorflow as tf
 from tfxformer.ids import PAD_ID
 from tfxformer.losses import FUSED_CHUNK_ELEMENTS, fused_label_smoothed_nll, label_smoothed_nll
 
+__all__ = ["DeviceFeed", "Trainer", "decoder_output"]
+
 SUM = tf.distribute.ReduceOp.SUM
 _IDS = tf.TensorSpec([None, None], tf.int32)
 BATCH_SPEC = ((_IDS, _IDS), _IDS)  # ((source_ids, decoder_input_ids), labels), any B and L

@@ -2,7 +2,7 @@
 
 Typical use::
 
-    corpus = load_corpus("/work/shared/data/multi30k", src="en", tgt="de")  # or "wmt14"
+    corpus = load_corpus("../shared/data/multi30k", src="en", tgt="de")  # or "wmt14"
     tokenizer = train_tokenizer(corpus.training_text(), vocab_size=8000, save_dir=run_dir)
     count_filtered(corpus.train.dataset(), tokenizer, max_length=256)     # logs the counts
     train = train_dataset(corpus.train.dataset(), tokenizer,
@@ -19,7 +19,6 @@ Or tokenize the training pairs once (`tfxformer.data.token_cache`; the same batc
 from tfxformer.data.pipeline import (
     FilterStats,
     TokenBudget,
-    batch_by_length,
     bucket_plan,
     count_filtered,
     eval_dataset,
@@ -58,7 +57,6 @@ __all__ = [
     "ParallelSplit",
     "TokenBudget",
     "Tokenizer",
-    "batch_by_length",
     "bucket_plan",
     "check_aligned",
     "count_filtered",

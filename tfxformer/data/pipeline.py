@@ -38,12 +38,17 @@ import tensorflow as tf
 
 from tfxformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
+__all__ = [
+    "FilterStats", "TokenBudget", "bucket_plan", "count_filtered", "eval_dataset",
+    "make_examples", "tokenize_pairs", "train_dataset"
+]
+
 logger = logging.getLogger(__name__)
 
 # Lines longer than this many UTF-8 bytes per allowed token count as over-long without being
 # tokenized; no real sentence of `max_length` subwords is that long, and it keeps
 # pathological lines (a whole document on one line) away from the tokenizer.
-MAX_BYTES_PER_TOKEN = 64
+_MAX_BYTES_PER_TOKEN = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +150,7 @@ def tokenize_and_classify(tokenizer: Tokenizer, src, tgt, max_length: int, max_b
 
 def line_byte_limit(max_length: int, max_line_bytes: int | None = None) -> int:
     """UTF-8 bytes above which a line counts as over-long without being tokenized."""
-    return max_line_bytes or MAX_BYTES_PER_TOKEN * max_length
+    return max_line_bytes or _MAX_BYTES_PER_TOKEN * max_length
 
 
 def _check_positive(**values: int) -> None:
@@ -169,7 +174,7 @@ def tokenize_pairs(
         tokenizer: the shared :class:`Tokenizer`.
         max_length: maximum sequence length including EOS/BOS (see module docstring).
         max_line_bytes: lines longer than this count as over-long untokenized; default
-            `MAX_BYTES_PER_TOKEN * max_length`.
+            `_MAX_BYTES_PER_TOKEN * max_length`.
         batch_size: pairs tokenized per (vectorized) call; does not affect the output.
 
     Returns:

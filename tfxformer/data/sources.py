@@ -2,7 +2,7 @@
 
 §5.1: "We trained on the standard WMT 2014 English-German dataset consisting of about 4.5
 million sentence pairs." That is TFDS `wmt14_translate/de-en` (`data="wmt14"`); any
-aligned text folder works too (e.g. /work/shared/data/multi30k).
+aligned text folder works too (e.g. a folder such as multi30k/).
 
 A text folder holds one file per split and language, line i of `NAME.{src}` being the
 translation of line i of `NAME.{tgt}`:
@@ -34,10 +34,15 @@ from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 
+__all__ = [
+    "Corpus", "ParallelSplit", "check_aligned", "iter_lines", "load_corpus", "load_text_folder",
+    "load_wmt14"
+]
+
 logger = logging.getLogger(__name__)
 
-REQUIRED_SPLITS = ("train", "val")
-WMT14_NAME = "wmt14_translate/de-en"
+_REQUIRED_SPLITS = ("train", "val")
+_WMT14_NAME = "wmt14_translate/de-en"
 _WMT14_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 
 
@@ -105,7 +110,7 @@ class Corpus:
     @property
     def test_names(self) -> list[str]:
         """Names of the splits other than train and val (sorted)."""
-        return sorted(set(self.splits) - set(REQUIRED_SPLITS))
+        return sorted(set(self.splits) - set(_REQUIRED_SPLITS))
 
     def training_text(self) -> Iterator[str]:
         """Yields every training line of both languages (source, target, source, ...).
@@ -147,7 +152,7 @@ def iter_lines(path: str) -> Iterator[str]:
         raise ValueError(f"{path}: cannot read gzip data after line {lineno}: {err}") from None
 
 
-def count_lines(path: str) -> int:
+def _count_lines(path: str) -> int:
     """Counts the lines of `path`, checking that all are UTF-8 (see :func:`iter_lines`)."""
     return sum(1 for _ in iter_lines(path))
 
@@ -159,7 +164,7 @@ def check_aligned(src_path: str, tgt_path: str) -> int:
         ValueError: the counts differ (both files and both counts are named), or a file
             is not UTF-8.
     """
-    num_src, num_tgt = count_lines(src_path), count_lines(tgt_path)
+    num_src, num_tgt = _count_lines(src_path), _count_lines(tgt_path)
     if num_src != num_tgt:
         raise ValueError(
             f"Misaligned parallel files: {src_path} has {num_src} lines but {tgt_path} has "
@@ -229,7 +234,7 @@ def load_text_folder(folder: str | os.PathLike, src: str = "en", tgt: str = "de"
             f"train.{tgt}, val.{src}, val.{tgt} (optionally .gz)."
         )
     found = _scan_folder(folder, (src, tgt))
-    for name in REQUIRED_SPLITS:
+    for name in _REQUIRED_SPLITS:
         for lang in (src, tgt):
             if lang not in found.get(name, {}):
                 raise FileNotFoundError(
@@ -237,7 +242,7 @@ def load_text_folder(folder: str | os.PathLike, src: str = "en", tgt: str = "de"
                     f"needs train.{src}, train.{tgt}, val.{src}, val.{tgt}."
                 )
     splits = {}
-    for name in sorted(found, key=lambda n: (n not in REQUIRED_SPLITS, n)):
+    for name in sorted(found, key=lambda n: (n not in _REQUIRED_SPLITS, n)):
         paths = found[name]
         if len(paths) < 2:
             ((lang, path),) = paths.items()
@@ -252,12 +257,12 @@ def load_text_folder(folder: str | os.PathLike, src: str = "en", tgt: str = "de"
 
 def _wmt14_unavailable(builder, src: str, tgt: str, reason: str) -> RuntimeError:
     return RuntimeError(
-        f"TFDS dataset {WMT14_NAME} is not available in {builder.data_dir} ({reason}). "
+        f"TFDS dataset {_WMT14_NAME} is not available in {builder.data_dir} ({reason}). "
         "Either prepare it where there is network access and point at that TFDS data "
         "directory (data_dir=..., --tfds-data-dir), put manually downloaded source files in "
         "manual_dir (--tfds-manual-dir), or train from local text files instead: "
         f"data='/path/to/folder' (--data /path/to/folder) holding train.{src}, train.{tgt}, "
-        f"val.{src}, val.{tgt} (optionally .gz), e.g. --data /work/shared/data/multi30k."
+        f"val.{src}, val.{tgt} (optionally .gz), e.g. --data ../shared/data/multi30k."
     )
 
 
@@ -268,7 +273,7 @@ def _prepare_wmt14(builder, src, tgt, manual_dir: str | None, download: bool) ->
         return
     if not download:
         raise _wmt14_unavailable(builder, src, tgt, "not prepared and download=False")
-    logger.info("Preparing %s in %s (downloads several GB on first use)", WMT14_NAME,
+    logger.info("Preparing %s in %s (downloads several GB on first use)", _WMT14_NAME,
                 builder.data_dir)
     config = tfds.download.DownloadConfig(manual_dir=manual_dir)
     try:
@@ -291,7 +296,7 @@ def _tfds_split(builder, name: str, tfds_split: str, src: str, tgt: str) -> Para
         for source, target in make_dataset().as_numpy_iterator():
             yield source.decode("utf-8"), target.decode("utf-8")
 
-    origin = f"tfds {WMT14_NAME} split {tfds_split}"
+    origin = f"tfds {_WMT14_NAME} split {tfds_split}"
     # The prepared split's record files, e.g. wmt14_translate-train.tfrecord-00000-of-00016.
     files = tuple(sorted(glob.glob(os.path.join(builder.data_dir, f"*-{tfds_split}.tfrecord*"))))
     return ParallelSplit(name, src, tgt, num, origin, make_dataset, iter_pairs, files=files)
@@ -322,13 +327,13 @@ def load_wmt14(
 
     _validate_langs(src, tgt)
     if {src, tgt} != {"de", "en"}:
-        raise ValueError(f"{WMT14_NAME} has languages 'de' and 'en'; got src={src!r}, "
+        raise ValueError(f"{_WMT14_NAME} has languages 'de' and 'en'; got src={src!r}, "
                          f"tgt={tgt!r}.")
-    builder = tfds.builder(WMT14_NAME, data_dir=data_dir)
+    builder = tfds.builder(_WMT14_NAME, data_dir=data_dir)
     _prepare_wmt14(builder, src, tgt, manual_dir, download)
     splits = {ours: _tfds_split(builder, ours, theirs, src, tgt)
               for ours, theirs in _WMT14_SPLITS.items()}
-    return Corpus(src, tgt, splits, origin=f"tfds {WMT14_NAME} in {builder.data_dir}")
+    return Corpus(src, tgt, splits, origin=f"tfds {_WMT14_NAME} in {builder.data_dir}")
 
 
 def load_corpus(
@@ -349,14 +354,14 @@ def load_corpus(
         FileNotFoundError: `data` is neither "wmt14" nor an existing folder.
     """
     data = os.fspath(data)
-    if data.lower() in ("wmt14", WMT14_NAME):
+    if data.lower() in ("wmt14", _WMT14_NAME):
         return load_wmt14(src, tgt, data_dir=data_dir, manual_dir=manual_dir, download=download)
     if data_dir is not None or manual_dir is not None:
         logger.warning("data_dir/manual_dir apply to data='wmt14' only; ignored for %s", data)
     if not os.path.isdir(data):
         raise FileNotFoundError(
             f"data={data!r} is neither 'wmt14' nor an existing folder; accepted: 'wmt14' "
-            f"(TFDS {WMT14_NAME}) or a folder with train.{src}, train.{tgt}, val.{src}, "
+            f"(TFDS {_WMT14_NAME}) or a folder with train.{src}, train.{tgt}, val.{src}, "
             f"val.{tgt} (optionally .gz)."
         )
     return load_text_folder(data, src, tgt)

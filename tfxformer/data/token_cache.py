@@ -1,4 +1,4 @@
-"""Tokenize-once cache: the training pairs' token ids, saved in the run dir (issue 16).
+"""Tokenize-once cache: the training pairs' token ids, saved in the run dir.
 
 :func:`tfxformer.data.pipeline.train_dataset` tokenizes the corpus with SentencePiece on
 every epoch, and the length check (`count_filtered`) tokenizes it once more at start-up.
@@ -25,8 +25,8 @@ filter counts. Training holds every id in memory (2 bytes a token with uint16).
 
 Why numpy parts read into memory (and not `tf.data.Dataset.save` or TFRecords): an epoch
 then shuffles 8-byte indices instead of tensors and gathers a batch of 1024 rows in one op,
-with no per-element reading or decoding; of the three it read the fastest when compared
-(issue 16's report), and the bucketing after the gather is then most of the cost.
+with no per-element reading or decoding; of the three it read the fastest when compared,
+and the bucketing after the gather is then most of the cost.
 
 Crash safety: every file is written to a temporary name and renamed into place, and a
 cache without its `cache.json` is never used for training. A build cut short keeps its
@@ -65,18 +65,22 @@ from tfxformer.data import pipeline
 from tfxformer.data.pipeline import FilterStats
 from tfxformer.data.tokenizer import Tokenizer
 
+__all__ = [
+    "build", "open_cache", "open_or_build", "train_dataset"
+]
+
 logger = logging.getLogger(__name__)
 
 CACHE_DIRNAME = "token_cache"
-RECORD_FILENAME = "cache.json"
-FORMAT_VERSION = 1
-DEFAULT_SHARD_PAIRS = 1_000_000
+_RECORD_FILENAME = "cache.json"
+_FORMAT_VERSION = 1
+_DEFAULT_SHARD_PAIRS = 1_000_000
 _BATCH = 1024  # pairs tokenized (when building) or gathered (when reading) per call
 _ARRAYS = ("src_lengths", "tgt_lengths", "src_ids", "tgt_ids")
 _BAD_PART = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
 
-def corpus_fingerprint(split) -> list[dict]:
+def _corpus_fingerprint(split) -> list[dict]:
     """Real path, size and mtime (ns) of each file of `split` (`ParallelSplit.files`)."""
     files = []
     for path in split.files:
@@ -87,7 +91,7 @@ def corpus_fingerprint(split) -> list[dict]:
 
 
 def cache_key(split, spm_bytes: bytes, *, max_length: int, max_line_bytes: int | None = None,
-              shard_pairs: int = DEFAULT_SHARD_PAIRS) -> tuple[str, dict]:
+              shard_pairs: int = _DEFAULT_SHARD_PAIRS) -> tuple[str, dict]:
     """`(key, description)`: the cache's name and the inputs it is made of (module doc).
 
     Raises:
@@ -97,8 +101,8 @@ def cache_key(split, spm_bytes: bytes, *, max_length: int, max_line_bytes: int |
         raise ValueError(f"The split {split.origin} names no files, so a token cache of it "
                          "could not tell when it changes; train without `token_cache`.")
     description = {
-        "format": FORMAT_VERSION, "vocabulary_sha256": hashlib.sha256(spm_bytes).hexdigest(),
-        "src": split.src, "tgt": split.tgt, "files": corpus_fingerprint(split),
+        "format": _FORMAT_VERSION, "vocabulary_sha256": hashlib.sha256(spm_bytes).hexdigest(),
+        "src": split.src, "tgt": split.tgt, "files": _corpus_fingerprint(split),
         "max_length": max_length,
         "max_line_bytes": pipeline.line_byte_limit(max_length, max_line_bytes),
         "shard_pairs": shard_pairs,
@@ -221,9 +225,9 @@ def _read_part(path: str, key: str, start: int, sides=("src", "tgt")) -> dict | 
 def _commit(root: str, directory: str, record: dict) -> None:
     """Writes `cache.json`, then removes what else is in `root` (older caches, builds
     given up, temporary files of killed writes)."""
-    _write_atomically(os.path.join(directory, RECORD_FILENAME),
+    _write_atomically(os.path.join(directory, _RECORD_FILENAME),
                       lambda f: f.write(json.dumps(record, indent=2).encode("utf-8")))
-    keep = {RECORD_FILENAME, *(part["file"] for part in record["parts"])}
+    keep = {_RECORD_FILENAME, *(part["file"] for part in record["parts"])}
     stale = [os.path.join(root, e) for e in os.listdir(root) if e != record["key"]] + \
         [os.path.join(directory, e) for e in os.listdir(directory) if e not in keep]
     for path in stale:
@@ -232,7 +236,7 @@ def _commit(root: str, directory: str, record: dict) -> None:
 
 
 def build(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
-          max_line_bytes: int | None = None, shard_pairs: int = DEFAULT_SHARD_PAIRS,
+          max_line_bytes: int | None = None, shard_pairs: int = _DEFAULT_SHARD_PAIRS,
           on_part: Callable[[str], None] | None = None) -> TokenCache:
     """Tokenizes `split` once into `run_dir/token_cache/<key>/` and returns the cache.
 
@@ -326,14 +330,14 @@ def _load(directory: str, record: dict) -> TokenCache | None:
 
 def open_cache(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
                max_line_bytes: int | None = None,
-               shard_pairs: int = DEFAULT_SHARD_PAIRS) -> TokenCache | None:
+               shard_pairs: int = _DEFAULT_SHARD_PAIRS) -> TokenCache | None:
     """The committed cache of these inputs in `run_dir`, loaded; None if there is none
     (never built, cut short, made from other inputs, or a part is damaged)."""
     key, _ = cache_key(split, tokenizer.spm_bytes, max_length=max_length,
                        max_line_bytes=max_line_bytes, shard_pairs=shard_pairs)
     directory = os.path.join(run_dir, CACHE_DIRNAME, key)
     try:
-        with open(os.path.join(directory, RECORD_FILENAME), encoding="utf-8") as f:
+        with open(os.path.join(directory, _RECORD_FILENAME), encoding="utf-8") as f:
             record = json.load(f)
     except FileNotFoundError:
         return None
@@ -351,7 +355,7 @@ def open_cache(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
 
 def open_or_build(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
                   max_line_bytes: int | None = None,
-                  shard_pairs: int = DEFAULT_SHARD_PAIRS) -> TokenCache:
+                  shard_pairs: int = _DEFAULT_SHARD_PAIRS) -> TokenCache:
     """The cache of `split` in `run_dir`: opened if committed and whole, else built."""
     options = dict(max_length=max_length, max_line_bytes=max_line_bytes,
                    shard_pairs=shard_pairs)

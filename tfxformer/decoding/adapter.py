@@ -14,7 +14,7 @@ from tfxformer.decoding.common import DEFAULTS, DecodeStart, check_nonnegative_i
 from tfxformer.decoding.shortlist import check_shortlist
 
 
-def position_cap(model, max_output_length=None):
+def _position_cap(model, max_output_length=None):
     """Largest number of decoder positions: the model's positional-table size, or less if
     asked (`max_output_length`)."""
     cap = model.model_config.max_positions
@@ -56,7 +56,7 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
     """
     source_ids = tf.convert_to_tensor(source_ids)
     memory, source_mask = model.encode(source_ids)
-    limits, length = output_limits(source_mask, position_cap(model, max_output_length),
+    limits, length = output_limits(source_mask, _position_cap(model, max_output_length),
                                    extra_length)
     batch = tf.shape(source_ids)[0]
     cache = model.init_cache(memory, length if static_cache else None,

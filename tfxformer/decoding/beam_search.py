@@ -43,7 +43,7 @@ class BeamSearchOutput(NamedTuple):
     scores: tf.Tensor
 
 
-class BeamState(NamedTuple):
+class _BeamState(NamedTuple):
     """The `tf.while_loop` state of :func:`sequence_beam_search` (running sentences)."""
 
     i: tf.Tensor  # () int32 tokens generated so far
@@ -63,7 +63,7 @@ def length_penalty(length, alpha):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
 
 
-def check_options(beam_size, alpha):
+def _check_options(beam_size, alpha):
     """Python values are checked now; tensors get graph assertions (clear errors)."""
     if isinstance(beam_size, (tf.Tensor, tf.Variable)):
         beam_size = common.checked(tf.cast(beam_size, tf.int32), tf.debugging.assert_positive,
@@ -119,7 +119,7 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K)).
     """
-    beam_size, alpha = check_options(beam_size, alpha)
+    beam_size, alpha = _check_options(beam_size, alpha)
     search = _Search(start.step_fn, beam_size, alpha, common.check_ids(eos_id, pad_id, bos_id),
                      pad_id, bos_id)
     batch = tf.shape(start.limits)[0]
@@ -156,7 +156,7 @@ def _gather(x, index):
 
 
 class _Search:
-    """The loop pieces of :func:`sequence_beam_search` on a :class:`BeamState`."""
+    """The loop pieces of :func:`sequence_beam_search` on a :class:`_BeamState`."""
 
     def __init__(self, step_fn, beam_size, alpha, eos_id, pad_id, bos_id):
         self.step_fn, self.beam_size, self.alpha = step_fn, beam_size, alpha
@@ -168,7 +168,7 @@ class _Search:
         first = tf.concat([tf.zeros([1]), tf.fill([k - 1], NEG_INF)], axis=0)
         seq = common.write_column(tf.fill([batch, k, start.output_columns + 1], self.pad_id), 0,
                                   tf.fill([batch, k], self.bos_id))
-        return BeamState(
+        return _BeamState(
             i=tf.constant(0), rows=tf.range(batch), limits=start.limits, alive_seq=seq,
             alive_log_probs=tf.tile(first[None], [batch, 1]), finished_seq=seq,
             finished_scores=tf.fill([batch, k], NEG_INF),
@@ -236,7 +236,7 @@ class _Search:
         fields = {name: common.gather_rows(value, keep)
                   for name, value in state._asdict().items() if name not in ("i", "cache")}
         cache = common.gather_rows(state.cache, common.hypothesis_rows(keep, self.beam_size))
-        return BeamState(i=state.i, cache=cache, **fields), out_ids, out_scores
+        return _BeamState(i=state.i, cache=cache, **fields), out_ids, out_scores
 
 
 def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
@@ -274,7 +274,7 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
     >>> out.ids.shape[:2], out.scores.shape
     (TensorShape([1, 2]), TensorShape([1, 2]))
     """
-    beam_size, alpha = check_options(beam_size, alpha)
+    beam_size, alpha = _check_options(beam_size, alpha)
     shortlist = common.shortlist_tensor(shortlist, eos_id)
     start = transformer_decoder(model, source_ids, beam_size, extra_length,
                                 max_output_length,

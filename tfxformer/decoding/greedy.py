@@ -25,7 +25,7 @@ class DecodeOutput(NamedTuple):
     scores: tf.Tensor
 
 
-class GreedyState(NamedTuple):
+class _GreedyState(NamedTuple):
     """The `tf.while_loop` state of :func:`greedy_search`: the running sentences' rows."""
 
     i: tf.Tensor  # () int32 tokens generated so far
@@ -82,7 +82,7 @@ def greedy_search(start: DecodeStart, eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_I
     def cond(state, out_ids, out_scores):
         return (state.i < length) & ~tf.reduce_all(state.finished)
 
-    state = GreedyState(
+    state = _GreedyState(
         i=tf.constant(0), rows=tf.range(batch), limits=start.limits,
         tokens=tf.fill([batch], bos_id), finished=tf.zeros([batch], tf.bool),
         scores=tf.zeros([batch], tf.float32), ids=tf.fill([batch, length], pad_id),
@@ -107,7 +107,7 @@ def _leave(state, out_ids, out_scores):
     keep = common.running(done)
     fields = {name: common.gather_rows(value, keep)
               for name, value in state._asdict().items() if name != "i"}
-    return GreedyState(i=state.i, **fields), out_ids, out_scores
+    return _GreedyState(i=state.i, **fields), out_ids, out_scores
 
 
 def greedy_decode(model, source_ids, extra_length=DEFAULTS.extra_length,

@@ -35,9 +35,13 @@ import tensorflow as tf
 
 from tfxformer.ids import NUM_SPECIAL_IDS, PAD_ID
 
-DEFAULT_PER_SOURCE = 50
-DEFAULT_FREQUENT = 500
-SCORE = "dice"
+__all__ = [
+    "ShortlistTable", "build_shortlist_table", "shortlist_ids"
+]
+
+_DEFAULT_PER_SOURCE = 50
+_DEFAULT_FREQUENT = 500
+_SCORE = "dice"
 # Co-occurrence keys gathered before they are merged into the running counts.
 _FLUSH_KEYS = 4_000_000
 
@@ -121,8 +125,8 @@ class _Counts:
         self._pending_keys = 0
 
 
-def build_shortlist_table(pairs, vocab_size, per_source=DEFAULT_PER_SOURCE,
-                          frequent=DEFAULT_FREQUENT, progress=False, total=None):
+def build_shortlist_table(pairs, vocab_size, per_source=_DEFAULT_PER_SOURCE,
+                          frequent=_DEFAULT_FREQUENT, progress=False, total=None):
     """Builds the shortlist table from parallel training data (numpy).
 
     Counts, over sentence pairs, c(s) = pairs whose source holds token s, c(t) = pairs
@@ -180,7 +184,7 @@ def build_shortlist_table(pairs, vocab_size, per_source=DEFAULT_PER_SOURCE,
         counts.add(_pair_ids(source, vocab_size, f"pairs[{i}][0] (source ids)"),
                    _pair_ids(target, vocab_size, f"pairs[{i}][1] (target ids)"))
     counts.flush()
-    info = dict(score=SCORE, per_source=per_source, frequent=frequent, pairs=counts.pairs,
+    info = dict(score=_SCORE, per_source=per_source, frequent=frequent, pairs=counts.pairs,
                 vocab_size=vocab_size)
     return ShortlistTable(_top_targets(counts, per_source), _most_frequent(counts, frequent),
                           info)

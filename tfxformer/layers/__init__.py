@@ -6,12 +6,12 @@ from tfxformer.layers.decoder import Decoder, DecoderLayer
 from tfxformer.layers.embedding import SharedEmbedding
 from tfxformer.layers.encoder import Encoder, EncoderLayer
 from tfxformer.layers.feed_forward import PositionwiseFeedForward
-from tfxformer.layers.masks import attention_mask_from, causal_mask, padding_mask
+from tfxformer.layers.masks import causal_mask, padding_mask
 from tfxformer.layers.position import PositionalEncoding, sinusoidal_encoding
 
 __all__ = [
     "Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "LayerStack", "MultiHeadAttention",
     "PositionalEncoding", "PositionwiseFeedForward", "ResidualBlock", "SharedEmbedding",
     "TransformerBlock",
-    "attention_mask_from", "causal_mask", "padding_mask", "sinusoidal_encoding",
+    "causal_mask", "padding_mask", "sinusoidal_encoding",
 ]

@@ -9,7 +9,7 @@ from tfxformer.layers.ops import matmul_last
 
 # Logit given to illegal connections before the softmax. The softmax runs in float32,
 # where -1e9 is finite; it is never cast to float16/bfloat16, so it cannot become -inf.
-MASKED_LOGIT = -1e9
+_MASKED_LOGIT = -1e9
 
 
 def _validate_mask(mask, name: str, rank: int, expected: str):
@@ -223,7 +223,7 @@ class MultiHeadAttention(keras.layers.Layer):
         v = tf.cast(kv["value"], q.dtype)
         scores = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)  # (B, H, T', S)
         if mask is not None:
-            scores = tf.where(mask[:, None, :, :], scores, MASKED_LOGIT)
+            scores = tf.where(mask[:, None, :, :], scores, _MASKED_LOGIT)
         weights = tf.nn.softmax(scores, axis=-1)
         dropped = self.attention_dropout(weights, training=training)
         context = tf.matmul(tf.cast(dropped, v.dtype), v)  # (B, H, T', K)
@@ -259,7 +259,7 @@ class MultiHeadAttention(keras.layers.Layer):
         offsets = tf.range(3 * r)[None, :] - r - tf.range(r)[:, None]  # key - query position
         band = tf.abs(offsets) <= r  # (r, 3r)
         mask = real[:, None, :, None, :] & band[None, None, None]
-        weights = tf.nn.softmax(tf.where(mask, scores, MASKED_LOGIT), axis=-1)
+        weights = tf.nn.softmax(tf.where(mask, scores, _MASKED_LOGIT), axis=-1)
         dropped = self.attention_dropout(weights, training=training)
         context = tf.einsum("bhnqs,bhnsk->bhnqk", tf.cast(dropped, v.dtype), v)
         context = tf.reshape(context, [shape[0], self.num_heads, blocks * r, self.head_dim])

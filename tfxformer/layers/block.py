@@ -12,6 +12,10 @@ from tfxformer.layers.attention import MultiHeadAttention
 from tfxformer.layers.feed_forward import PositionwiseFeedForward
 from tfxformer.layers.norm import LayerNorm
 
+__all__ = [
+    "LayerStack", "ResidualBlock", "TransformerBlock"
+]
+
 _BASE = ModelConfig()  # the defaults of the layers' settings: the paper's base model
 
 
@@ -111,7 +115,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def block_config(self) -> dict:
         """The constructor arguments of this layer (those of `TransformerBlock.__init__`)."""
-        return {name: getattr(self, name) for name in BLOCK_SETTINGS}
+        return {name: getattr(self, name) for name in _BLOCK_SETTINGS}
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
@@ -138,7 +142,7 @@ class TransformerBlock(keras.layers.Layer):
 
 
 # TransformerBlock's constructor arguments, which LayerStack passes to each layer.
-BLOCK_SETTINGS = ("d_model", "num_heads", "d_ff", "dropout", "attention_dropout",
+_BLOCK_SETTINGS = ("d_model", "num_heads", "d_ff", "dropout", "attention_dropout",
                   "activation_dropout", "norm_first", "layer_norm_epsilon")
 
 
@@ -157,7 +161,7 @@ class LayerStack(keras.layers.Layer):
     layer_class: type = TransformerBlock
 
     def __init__(self, num_layers, d_model, num_heads, d_ff, **kwargs):
-        settings = {k: kwargs.pop(k) for k in BLOCK_SETTINGS[3:] if k in kwargs}
+        settings = {k: kwargs.pop(k) for k in _BLOCK_SETTINGS[3:] if k in kwargs}
         super().__init__(**kwargs)
         self.num_layers = checks.integer(num_layers, "num_layers", 1)
         self.supports_masking = True

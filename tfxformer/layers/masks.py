@@ -26,16 +26,3 @@ def causal_mask(length, offset=0) -> tf.Tensor:
     cols = tf.range(length + offset)[None, :]
     return cols <= rows
 
-
-def attention_mask_from(padding: tf.Tensor | None, causal: tf.Tensor | None = None):
-    """Combines a (B, S) key padding mask and a (T, S) causal mask into (B, T, S) / (B, 1, S).
-
-    Either may be None; returns None when both are.
-    """
-    mask = None
-    if padding is not None:
-        mask = padding[:, None, :]  # (B, 1, S)
-    if causal is not None:
-        causal = causal[None, :, :]  # (1, T, S)
-        mask = causal if mask is None else tf.logical_and(mask, causal)
-    return mask

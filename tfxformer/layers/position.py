@@ -97,6 +97,6 @@ class PositionalEncoding(keras.layers.Layer):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        if "max_length" in config:  # the key's name before #11
+        if "max_length" in config:  # the name in .keras files of earlier versions
             config["max_positions"] = config.pop("max_length")
         return cls(**config)

@@ -22,6 +22,7 @@ Command line: `python scripts/export.py --model RUN_DIR --export-dir DIR`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -29,9 +30,8 @@ import tempfile
 
 import tensorflow as tf
 
-from tfxformer.config import DecodingOptions
 from tfxformer.decoding.shortlist import build_shortlist_table
-from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, load_model
+from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord, load_model
 from tfxformer.serving.loading import saved_model_versions
 from tfxformer.serving.translator import Translator
 from tfxformer.serving.warmup import (
@@ -50,21 +50,20 @@ def next_version(export_dir):
     return max(taken, default=0) + 1
 
 
-PRECISION_OF_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-ENCODE_BATCH = 10_000  # lines SentencePiece encodes per call when building a shortlist
+_PRECISION_OF_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+_ENCODE_BATCH = 10_000  # lines SentencePiece encodes per call when building a shortlist
 
 
 def _asset_config(translator, config):
-    """The config.json asset: the run config plus the model, precision, shortlist and
-    decoding settings (each set anew, so a re-export never keeps a stale one)."""
-    config = dict(config or {})
-    config["model"] = translator.model.model_config.to_dict()
-    config["compute_dtype"] = translator.model.compute_dtype
-    config["precision"] = PRECISION_OF_DTYPE.get(translator.model.compute_dtype,
-                                                 translator.model.compute_dtype)
-    config["shortlist"] = translator.shortlist_info
-    config["decoding"] = translator.options.to_dict()
-    return config
+    """The config.json asset: the run record `config` (a :class:`RunRecord`, a dict of
+    its entries, or None) with the translator's model, decoding options, precision and
+    shortlist (each set anew, so a re-export never keeps a stale one)."""
+    given = config.to_dict() if isinstance(config, RunRecord) else dict(config or {})
+    model = translator.model
+    record = RunRecord.from_dict({**given, "model": model.model_config.to_dict()})
+    export = dict(precision=_PRECISION_OF_DTYPE.get(model.compute_dtype, model.compute_dtype),
+                  compute_dtype=model.compute_dtype, shortlist=translator.shortlist_info)
+    return dataclasses.replace(record, decoding=translator.options, export=export).to_dict()
 
 
 def export_translator(translator, export_dir, config=None, version=None,
@@ -130,38 +129,19 @@ def _save(translator, path, sources, config):
     tf.saved_model.save(root, path, signatures=signatures)
 
 
-def trained_length(config):
-    """The length filter of the training data (`max_length` of the run config), or None.
-
-    Training drops pairs with more tokens than this on either side, so the model never
-    saw a longer source nor produced a longer target: the export's default input and
-    output limits."""
-    for record in (config or {}, (config or {}).get("train") or {}):
-        value = record.get("max_length")
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
-def make_translator(model, config, spm_bytes, beam_size=None, alpha=None, extra_length=None,
+def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra_length=None,
                     max_batch_size=None, max_input_tokens=None, max_output_tokens=None,
                     shortlist=None):
     """A :class:`Translator` whose unset limits default to the run's training length
-    and whose other unset options (None) are :class:`tfxformer.config.DecodingOptions`'
-    (`shortlist`: a :class:`tfxformer.decoding.ShortlistTable` or None)."""
-    trained = trained_length(config)
+    filter (`record.max_length` of the :class:`RunRecord`: the model never saw a longer
+    source nor produced a longer target) and whose other unset options (None) are
+    :class:`tfxformer.config.DecodingOptions`' (`shortlist`: a
+    :class:`tfxformer.decoding.ShortlistTable` or None)."""
+    trained = record.max_length
     return Translator(model, spm_bytes, beam_size=beam_size, alpha=alpha,
                       extra_length=extra_length, max_batch_size=max_batch_size,
                       max_input_tokens=max_input_tokens or trained,
                       max_output_tokens=max_output_tokens or trained, shortlist=shortlist)
-
-
-def training_data(config):
-    """(data, src, tgt) of the run config: its `train.data` (a text folder or "wmt14")
-    and languages; data None when the config does not say."""
-    train = (config or {}).get("train") or {}
-    return (train.get("data"), (config or {}).get("src") or train.get("src") or "en",
-            (config or {}).get("tgt") or train.get("tgt") or "de")
 
 
 def _id_pairs(sp, pairs, max_pairs):
@@ -175,7 +155,7 @@ def _id_pairs(sp, pairs, max_pairs):
         if max_pairs is not None and i >= max_pairs:
             break
         batch.append(pair)
-        if len(batch) == ENCODE_BATCH:
+        if len(batch) == _ENCODE_BATCH:
             yield from encoded(batch)
             batch = []
     if batch:
@@ -217,9 +197,9 @@ def shortlist_from_data(spm_bytes, vocab_size, data, src="en", tgt="de",
     return table
 
 
-def _shortlist_for(config, spm_bytes, model, shortlist, shortlist_data, max_pairs):
+def _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data, max_pairs):
     """The export's ShortlistTable for `shortlist` (K, N) or None, from the training data
-    of `config` unless `shortlist_data` names other data."""
+    of the :class:`RunRecord` unless `shortlist_data` names other data."""
     if shortlist is None:
         if shortlist_data is not None or max_pairs is not None:
             raise ValueError("`shortlist_data` / `shortlist_max_pairs` need a `shortlist` "
@@ -230,17 +210,15 @@ def _shortlist_for(config, spm_bytes, model, shortlist, shortlist_data, max_pair
     except (TypeError, ValueError):
         raise ValueError(f"`shortlist` must be (K, N): target tokens per source token and "
                          f"most frequent target tokens, got {shortlist!r}.") from None
-    data, src, tgt = training_data(config)
-    data = shortlist_data or data
+    data = shortlist_data or record.training_data()
     if data is None:
         raise ValueError("The config names no training data (`train.data`); give the data "
                          "the shortlist table is built from (`shortlist_data`, "
                          "--shortlist-data: a folder with train.SRC/train.TGT, or wmt14).")
-    train = (config or {}).get("train") or {}
     try:
-        return shortlist_from_data(spm_bytes, int(model.model_config.vocab_size), data,
-                                   src, tgt, per_source, frequent, max_pairs,
-                                   train.get("tfds_data_dir"))
+        return shortlist_from_data(spm_bytes, model.model_config.vocab_size, data,
+                                   record.src, record.tgt, per_source, frequent, max_pairs,
+                                   record.train.get("tfds_data_dir"))
     except FileNotFoundError as err:
         raise FileNotFoundError(f"{err} (the shortlist's training data, from "
                                 f"{'--shortlist-data' if shortlist_data else 'the config'}; "
@@ -254,21 +232,21 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
                    shortlist=None, shortlist_data=None, shortlist_max_pairs=None):
     """Loads a trained run dir (:func:`tfxformer.rundir.load_model`) and exports its translator
     (`precision` "bf16": computes in bfloat16, float32 weights). The input and output
-    limits default to the run's training `max_length` (:func:`trained_length`), else
+    limits default to the run's training `max_length` (:func:`_make_translator`), else
     256 tokens each; both are capped by the model's positions. `shortlist` (K, N): a
     vocabulary shortlist built from the run's training data (or `shortlist_data`, its
     first `shortlist_max_pairs` pairs), :func:`shortlist_from_data`; default off."""
-    model, config, spm_bytes = load_model(model_dir, checkpoint, precision=precision)
-    table = _shortlist_for(config, spm_bytes, model, shortlist, shortlist_data,
+    model, record, spm_bytes = load_model(model_dir, checkpoint, precision=precision)
+    table = _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
-    translator = make_translator(model, config, spm_bytes, beam_size, alpha, extra_length,
+    translator = _make_translator(model, record, spm_bytes, beam_size, alpha, extra_length,
                                  max_batch_size, max_input_tokens, max_output_tokens, table)
-    return export_translator(translator, export_dir, config=config, version=version,
+    return export_translator(translator, export_dir, config=record, version=version,
                              num_batch_threads=num_batch_threads)
 
 
 # Decoding options a re-export takes from its source SavedModel unless given.
-INHERITED_OPTIONS = ("beam_size", "alpha", "extra_length", "max_input_tokens",
+_INHERITED_OPTIONS = ("beam_size", "alpha", "extra_length", "max_input_tokens",
                      "max_output_tokens")
 
 
@@ -278,24 +256,25 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
     """Re-exports a SavedModel of this package (:func:`load_saved_model_weights`) with
     today's code, at `precision`, with a `shortlist` (K, N) built from `shortlist_data`
     (default: the training data its config asset names) or none; `options` as
-    :func:`make_translator`'s. Beam size, α, extra length and token limits not given
+    :func:`_make_translator`'s. Beam size, α, extra length and token limits not given
     (or None) are the source's (its config asset's `decoding`)."""
-    model, config, spm_bytes = load_saved_model_weights(version_dir, precision=precision)
-    source = DecodingOptions.upgrade((config or {}).get("decoding") or {})
-    for name in INHERITED_OPTIONS:
-        if options.get(name) is None and source.get(name) is not None:
+    model, record, spm_bytes = load_saved_model_weights(version_dir, precision=precision)
+    source = {} if record.decoding is None else record.decoding.to_dict()
+    for name in _INHERITED_OPTIONS:
+        if options.get(name) is None and name in source:
             options[name] = source[name]
     options = {name: value for name, value in options.items() if value is not None}
-    table = _shortlist_for(config, spm_bytes, model, shortlist, shortlist_data,
+    table = _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
-    translator = make_translator(model, config, spm_bytes, shortlist=table, **options)
-    return export_translator(translator, export_dir, config=config, version=version,
+    translator = _make_translator(model, record, spm_bytes, shortlist=table, **options)
+    return export_translator(translator, export_dir, config=record, version=version,
                              num_batch_threads=num_batch_threads)
 
 
 def load_saved_model_weights(version_dir, precision="fp32"):
-    """Rebuilds `(model, config, spm_bytes)` from an export of this package: the
-    Transformer of `assets/config.json` with the SavedModel's variables, matched by path.
+    """Rebuilds `(model, record, spm_bytes)` from an export of this package: the
+    Transformer of `assets/config.json` (read as a :class:`RunRecord`) with the
+    SavedModel's variables, matched by path.
 
     Re-exports a version whose run dir is gone (e.g. the shipped model) with today's code.
 
@@ -306,7 +285,7 @@ def load_saved_model_weights(version_dir, precision="fp32"):
     from tfxformer.models.transformer import Transformer
 
     with open(os.path.join(version_dir, "assets", CONFIG_FILENAME), encoding="utf-8") as f:
-        config = json.load(f)
+        record = RunRecord.from_dict(json.load(f))
     with open(os.path.join(version_dir, "assets", SPM_FILENAME), "rb") as f:
         spm_bytes = f.read()
     saved = tf.saved_model.load(version_dir)
@@ -314,8 +293,7 @@ def load_saved_model_weights(version_dir, precision="fp32"):
         return path.rsplit(":", 1)[0].split("/", 1)[-1]
 
     values = {key(v.name): v for v in saved.model_variables}
-    model = Transformer.from_config(dict(config["model"],
-                                         dtype=PRECISION_POLICIES[precision]))
+    model = Transformer(record.model, dtype=PRECISION_POLICIES[precision])
     model.build()
     missing = [w.path for w in model.weights if key(w.path) not in values]
     if missing or len(values) != len(model.weights):
@@ -323,4 +301,4 @@ def load_saved_model_weights(version_dir, precision="fp32"):
                          f"model of {len(model.weights)} weights; missing e.g. {missing[:3]}.")
     for weight in model.weights:
         weight.assign(values[key(weight.path)])
-    return model, config, spm_bytes
+    return model, record, spm_bytes

@@ -16,14 +16,14 @@ from tfxformer.ids import EOS_ID
 # Raw input is cut to this many characters per allowed token before tokenizing, so a
 # huge string costs little: a BPE piece spans at most 16 characters (SentencePiece's
 # default max_sentencepiece_length), and runs of whitespace are collapsed.
-CHARS_PER_TOKEN = 64
-REPLACEMENT_CHAR = 0xFFFD  # U+FFFD, in place of invalid UTF-8
+_CHARS_PER_TOKEN = 64
+_REPLACEMENT_CHAR = 0xFFFD  # U+FFFD, in place of invalid UTF-8
 
-TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
-OPTION_SPECS = (tf.TensorSpec([], tf.int32, name="beam_size"),
+_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+_OPTION_SPECS = (tf.TensorSpec([], tf.int32, name="beam_size"),
                 tf.TensorSpec([], tf.float32, name="alpha"),
                 tf.TensorSpec([], tf.int32, name="extra_length"))
-EXAMPLE_OPTION_SPECS = (tf.TensorSpec([None], tf.int32, name="beam_size"),
+_EXAMPLE_OPTION_SPECS = (tf.TensorSpec([None], tf.int32, name="beam_size"),
                         tf.TensorSpec([None], tf.float32, name="alpha"),
                         tf.TensorSpec([None], tf.int32, name="extra_length"),
                         tf.TensorSpec([None], tf.int32, name="max_input_tokens"))
@@ -32,7 +32,7 @@ EXAMPLE_OPTION_SPECS = (tf.TensorSpec([None], tf.int32, name="beam_size"),
 def sanitize_utf8(text):
     """(N,) strings -> valid UTF-8, invalid bytes replaced by U+FFFD (core TF op)."""
     return tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace",
-                                        replacement_char=REPLACEMENT_CHAR)
+                                        replacement_char=_REPLACEMENT_CHAR)
 
 
 def _checked(tensor, condition, message):
@@ -143,15 +143,15 @@ class Translator(tf.Module):
         """Former name of `max_input_tokens`."""
         return self.max_input_tokens
 
-    @tf.function(input_signature=[TEXT_SPEC])
+    @tf.function(input_signature=[_TEXT_SPEC])
     def __call__(self, text):
         return self.translate(text)
 
-    @tf.function(input_signature=[TEXT_SPEC, *OPTION_SPECS])
+    @tf.function(input_signature=[_TEXT_SPEC, *_OPTION_SPECS])
     def translate_with_options(self, text, beam_size, alpha, extra_length):
         return self.translate(text, beam_size, alpha, extra_length)
 
-    @tf.function(input_signature=[TEXT_SPEC, *EXAMPLE_OPTION_SPECS])
+    @tf.function(input_signature=[_TEXT_SPEC, *_EXAMPLE_OPTION_SPECS])
     def translate_per_example(self, text, beam_size, alpha, extra_length, max_input_tokens):
         return self.translate(text, beam_size, alpha, extra_length, max_input_tokens)
 
@@ -224,7 +224,7 @@ class Translator(tf.Module):
     def _cut(self, text, tokenizer, limit):
         """-> (pieces + EOS (N, None) ragged, truncated (N,) bool, blank (N,) bool)."""
         text = sanitize_utf8(text)
-        chars = limit * CHARS_PER_TOKEN
+        chars = limit * _CHARS_PER_TOKEN
         cut_chars = tf.strings.length(text, unit="UTF8_CHAR") > chars
         text = tf.strings.substr(text, tf.zeros_like(chars), chars, unit="UTF8_CHAR")
         pieces = tokenizer.tokenize(text)

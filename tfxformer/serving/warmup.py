@@ -14,10 +14,15 @@ import os
 import numpy as np
 import tensorflow as tf
 
-EXTRA_DIR = "assets.extra"
-WARMUP_FILENAME = "tf_serving_warmup_requests"
-BATCHING_FILENAME = "batching_parameters.txt"
-MAX_RECORDS = 1000  # TF Serving reads no more warm-up records than this
+__all__ = [
+    "BATCHABLE_SIGNATURES", "LONG_TEXT", "SHORT_TEXT", "batching_parameters",
+    "read_warmup_records", "signature_inputs"
+]
+
+_EXTRA_DIR = "assets.extra"
+_WARMUP_FILENAME = "tf_serving_warmup_requests"
+_BATCHING_FILENAME = "batching_parameters.txt"
+_MAX_RECORDS = 1000  # TF Serving reads no more warm-up records than this
 # The signatures a client calls whose every input and output is batch-major (TF Serving
 # batching concatenates requests along dimension 0); translate_with_options is not.
 BATCHABLE_SIGNATURES = ("serving_default", "translate_per_example")
@@ -25,7 +30,7 @@ SHORT_TEXT = "A dog runs in the park."
 LONG_TEXT = ("A group of young men in red and white uniforms is playing football on a green "
              "field near the old stone church, while their families watch from the wooden "
              "benches and a small brown dog runs after the ball along the white line.")
-BATCH_TIMEOUT_MICROS = 1000  # small against a warm single-sentence request (~0.2 s)
+_BATCH_TIMEOUT_MICROS = 1000  # small against a warm single-sentence request (~0.2 s)
 
 
 def _serving_apis():
@@ -55,7 +60,7 @@ def signature_inputs(translator, signature, texts):
     return inputs
 
 
-def warmup_batch_sizes(translator):
+def _warmup_batch_sizes(translator):
     """Batch size 1 and the size the export is tuned for (its `max_batch_size`)."""
     return sorted({1, translator.max_batch_size})
 
@@ -66,7 +71,7 @@ def warmup_requests(translator, signatures=BATCHABLE_SIGNATURES, batch_sizes=Non
     predict_pb2, prediction_log_pb2 = _serving_apis()
     logs = []
     for signature in signatures:
-        for size in batch_sizes or warmup_batch_sizes(translator):
+        for size in batch_sizes or _warmup_batch_sizes(translator):
             for text in (SHORT_TEXT, LONG_TEXT):
                 texts = [text] * size
                 if size > 1:
@@ -77,16 +82,16 @@ def warmup_requests(translator, signatures=BATCHABLE_SIGNATURES, batch_sizes=Non
                     request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
                 logs.append(prediction_log_pb2.PredictionLog(
                     predict_log=prediction_log_pb2.PredictLog(request=request)))
-    if len(logs) > MAX_RECORDS:
+    if len(logs) > _MAX_RECORDS:
         raise ValueError(f"{len(logs)} warm-up records; TF Serving reads at most "
-                         f"{MAX_RECORDS}.")
+                         f"{_MAX_RECORDS}.")
     return logs
 
 
 def write_warmup_records(version_dir, logs):
     """Writes `logs` to `<version_dir>/assets.extra/tf_serving_warmup_requests`."""
-    os.makedirs(os.path.join(version_dir, EXTRA_DIR), exist_ok=True)
-    path = os.path.join(version_dir, EXTRA_DIR, WARMUP_FILENAME)
+    os.makedirs(os.path.join(version_dir, _EXTRA_DIR), exist_ok=True)
+    path = os.path.join(version_dir, _EXTRA_DIR, _WARMUP_FILENAME)
     with tf.io.TFRecordWriter(path) as writer:
         for log in logs:
             writer.write(log.SerializeToString())
@@ -97,7 +102,7 @@ def read_warmup_records(path):
     """The PredictionLog protos of a warm-up file (a version dir or the file itself)."""
     _, prediction_log_pb2 = _serving_apis()
     if os.path.isdir(path):
-        path = os.path.join(path, EXTRA_DIR, WARMUP_FILENAME)
+        path = os.path.join(path, _EXTRA_DIR, _WARMUP_FILENAME)
     logs = []
     for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
         log = prediction_log_pb2.PredictionLog()
@@ -107,7 +112,7 @@ def read_warmup_records(path):
 
 
 def batching_parameters(max_batch_size, num_batch_threads=None,
-                        batch_timeout_micros=BATCH_TIMEOUT_MICROS):
+                        batch_timeout_micros=_BATCH_TIMEOUT_MICROS):
     """An example `--batching_parameters_file` (text BatchingParameters proto) for CPU."""
     threads = num_batch_threads or os.cpu_count() or 1
     return (
@@ -124,8 +129,8 @@ def batching_parameters(max_batch_size, num_batch_threads=None,
 
 def write_batching_parameters(version_dir, max_batch_size, num_batch_threads=None):
     """Writes `<version_dir>/assets.extra/batching_parameters.txt`; returns its path."""
-    os.makedirs(os.path.join(version_dir, EXTRA_DIR), exist_ok=True)
-    path = os.path.join(version_dir, EXTRA_DIR, BATCHING_FILENAME)
+    os.makedirs(os.path.join(version_dir, _EXTRA_DIR), exist_ok=True)
+    path = os.path.join(version_dir, _EXTRA_DIR, _BATCHING_FILENAME)
     with open(path, "w", encoding="utf-8") as f:
         f.write(batching_parameters(max_batch_size, num_batch_threads))
     return path
