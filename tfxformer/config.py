@@ -16,7 +16,7 @@ import dataclasses
 from tfxformer import checks
 
 __all__ = [
-    "PRECISION_POLICIES", "PRESETS", "DecodingOptions", "ModelConfig", "get_preset"
+    "PRECISION_POLICIES", "PRESETS", "DecodingOptions", "ModelConfig", "get_preset",
 ]
 
 # Names that model settings had in files written by earlier versions (run dirs'

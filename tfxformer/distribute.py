@@ -8,9 +8,9 @@ import os
 
 import tensorflow as tf
 
-__all__ = [
-    "barrier", "make_strategy", "mirrored_strategy", "split_cpu"
-]
+from tfxformer import checks
+
+__all__ = ["barrier", "make_strategy", "mirrored_strategy", "split_cpu"]
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +22,7 @@ def split_cpu(num_devices: int) -> None:
     TensorFlow is already initialised with at least `num_devices` logical CPUs (e.g. by
     the caller), those are used as they are.
     """
-    if num_devices < 1:
-        raise ValueError(f"--cpu-devices must be >= 1, got {num_devices}.")
+    num_devices = checks.integer(num_devices, "cpu_devices", 1)
     cpu = tf.config.list_physical_devices("CPU")[0]
     current = tf.config.get_logical_device_configuration(cpu)
     if current is not None and len(current) == num_devices:

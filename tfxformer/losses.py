@@ -9,7 +9,7 @@ from tfxformer.ids import PAD_ID
 
 __all__ = [
     "LabelSmoothedCrossEntropy", "fused_label_smoothed_nll", "label_smoothed_nll",
-    "label_smoothed_per_token", "token_weights"
+    "label_smoothed_per_token", "token_weights",
 ]
 
 

@@ -36,11 +36,12 @@ import logging
 
 import tensorflow as tf
 
+from tfxformer import checks
 from tfxformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 __all__ = [
     "FilterStats", "TokenBudget", "bucket_plan", "count_filtered", "eval_dataset",
-    "make_examples", "tokenize_pairs", "train_dataset"
+    "make_examples", "tokenize_pairs", "train_dataset",
 ]
 
 logger = logging.getLogger(__name__)
@@ -155,8 +156,7 @@ def line_byte_limit(max_length: int, max_line_bytes: int | None = None) -> int:
 
 def _check_positive(**values: int) -> None:
     for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r}; expected an int >= 1.")
+        checks.integer(value, name, 1)
 
 
 def tokenize_pairs(

@@ -36,7 +36,7 @@ import tensorflow as tf
 
 __all__ = [
     "Corpus", "ParallelSplit", "check_aligned", "iter_lines", "load_corpus", "load_text_folder",
-    "load_wmt14"
+    "load_wmt14",
 ]
 
 logger = logging.getLogger(__name__)

@@ -66,7 +66,7 @@ from tfxformer.data.pipeline import FilterStats
 from tfxformer.data.tokenizer import Tokenizer
 
 __all__ = [
-    "build", "open_cache", "open_or_build", "train_dataset"
+    "build", "open_cache", "open_or_build", "train_dataset",
 ]
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece
 from tfxformer.ids import BOS_ID, EOS_ID, NUM_SPECIAL_IDS, PAD_ID, UNK_ID  # noqa: F401
 
 __all__ = [
-    "MODEL_FILENAME", "Tokenizer", "keras_tokenizer", "train_tokenizer"
+    "MODEL_FILENAME", "Tokenizer", "keras_tokenizer", "train_tokenizer",
 ]
 
 MODEL_FILENAME = "spm.model"

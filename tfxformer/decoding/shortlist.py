@@ -33,10 +33,11 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from tfxformer import checks
 from tfxformer.ids import NUM_SPECIAL_IDS, PAD_ID
 
 __all__ = [
-    "ShortlistTable", "build_shortlist_table", "shortlist_ids"
+    "ShortlistTable", "build_shortlist_table", "shortlist_ids",
 ]
 
 _DEFAULT_PER_SOURCE = 50
@@ -59,13 +60,6 @@ class ShortlistTable(NamedTuple):
     table: np.ndarray
     frequent: np.ndarray
     info: dict
-
-
-def _count_argument(value, name, low, high):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-            or not low <= value <= high:
-        raise ValueError(f"`{name}` must be an integer in [{low}, {high}], got {value!r}.")
-    return int(value)
 
 
 def _pair_ids(ids, vocab_size, where):
@@ -166,9 +160,9 @@ def build_shortlist_table(pairs, vocab_size, per_source=_DEFAULT_PER_SOURCE,
     >>> t.table[5].tolist(), t.table[6].tolist(), t.frequent.tolist()
     ([7], [8], [7])
     """
-    vocab_size = _count_argument(vocab_size, "vocab_size", NUM_SPECIAL_IDS + 1, 2 ** 31 - 1)
-    per_source = _count_argument(per_source, "per_source", 1, vocab_size)
-    frequent = _count_argument(frequent, "frequent", 0, vocab_size)
+    vocab_size = checks.integer(vocab_size, "vocab_size", NUM_SPECIAL_IDS + 1, 2 ** 31 - 1)
+    per_source = checks.integer(per_source, "per_source", 1, vocab_size)
+    frequent = checks.integer(frequent, "frequent", 0, vocab_size)
     counts = _Counts(vocab_size)
     iterator = iter(pairs)
     if progress:

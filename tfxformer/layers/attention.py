@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from tfxformer import checks
 from tfxformer.layers.ops import matmul_last
 
 # Logit given to illegal connections before the softmax. The softmax runs in float32,
@@ -82,14 +83,8 @@ class MultiHeadAttention(keras.layers.Layer):
     def __init__(self, num_heads, d_model=None, dropout=0.0, use_bias=True, window=None,
                  **kwargs):
         super().__init__(**kwargs)
-        if int(num_heads) < 1:
-            raise ValueError(f"`num_heads` must be a positive integer, got {num_heads}.")
-        if window is not None and (isinstance(window, bool) or int(window) != window
-                                   or window < 1):
-            raise ValueError(f"`window` (restricted attention r) must be an integer >= 1 or "
-                             f"None, got {window!r}.")
-        self.window = None if window is None else int(window)
-        self.num_heads = int(num_heads)
+        self.window = checks.integer(window, "window", 1, allow_none=True)  # restricted r
+        self.num_heads = checks.integer(num_heads, "num_heads", 1)
         self.d_model = None if d_model is None else int(d_model)  # the argument, as given
         self.dropout = float(dropout)
         self.use_bias = bool(use_bias)
@@ -184,11 +179,8 @@ class MultiHeadAttention(keras.layers.Layer):
         fixed = cache_index is None
         if tf.is_tensor(beams):
             folded = True  # a scalar tensor (a traced beam size): fold; 1 folds to itself
-        elif isinstance(beams, bool) or not isinstance(beams, int) or beams < 1:
-            raise ValueError(f"`beams` must be an integer >= 1 (or a scalar int tensor), "
-                             f"got {beams!r}.")
         else:
-            folded = beams != 1
+            folded = checks.integer(beams, "beams", 1) != 1
         if fixed and value is not None:
             raise ValueError("`value` is ignored with a fixed cache (cache_index=None): the "
                              "cache is the projected memory; pass value=None.")

@@ -13,7 +13,7 @@ from tfxformer.layers.feed_forward import PositionwiseFeedForward
 from tfxformer.layers.norm import LayerNorm
 
 __all__ = [
-    "LayerStack", "ResidualBlock", "TransformerBlock"
+    "LayerStack", "ResidualBlock", "TransformerBlock",
 ]
 
 _BASE = ModelConfig()  # the defaults of the layers' settings: the paper's base model

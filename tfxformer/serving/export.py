@@ -30,6 +30,7 @@ import tempfile
 
 import tensorflow as tf
 
+from tfxformer import checks
 from tfxformer.decoding.shortlist import build_shortlist_table
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord, load_model
 from tfxformer.serving.loading import saved_model_versions
@@ -78,9 +79,8 @@ def export_translator(translator, export_dir, config=None, version=None,
     Raises:
         FileExistsError: `<export_dir>/<version>` exists.
     """
-    version = next_version(export_dir) if version is None else int(version)
-    if version < 1:
-        raise ValueError(f"`version` must be a positive integer, got {version}.")
+    version = next_version(export_dir) if version is None else \
+        checks.integer(version, "version", 1)
     final = os.path.join(export_dir, str(version))
     if os.path.exists(final):
         raise FileExistsError(f"SavedModel version dir {final!r} exists; versions taken: "
@@ -180,8 +180,7 @@ def shortlist_from_data(spm_bytes, vocab_size, data, src="en", tgt="de",
 
     from tfxformer.data.sources import load_corpus
 
-    if max_pairs is not None and (isinstance(max_pairs, bool) or int(max_pairs) < 1):
-        raise ValueError(f"`max_pairs` must be an integer >= 1 or None, got {max_pairs!r}.")
+    checks.integer(max_pairs, "max_pairs", 1, allow_none=True)
     sp = sentencepiece.SentencePieceProcessor(model_proto=spm_bytes)
     if sp.get_piece_size() != vocab_size:
         raise ValueError(f"The SentencePiece model has {sp.get_piece_size()} pieces, the "

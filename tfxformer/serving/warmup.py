@@ -16,7 +16,7 @@ import tensorflow as tf
 
 __all__ = [
     "BATCHABLE_SIGNATURES", "LONG_TEXT", "SHORT_TEXT", "batching_parameters",
-    "read_warmup_records", "signature_inputs"
+    "read_warmup_records", "signature_inputs",
 ]
 
 _EXTRA_DIR = "assets.extra"
