@@ -64,6 +64,10 @@ class TrainConfig:
     warmup_steps: int = _setting(4_000, "linear warmup of the learning rate (paper: 4000)")
     lr_scale: float = _setting(1.0, "factor on the paper's learning-rate schedule")
     label_smoothing: float = _setting(0.1, "label smoothing epsilon (paper: 0.1)")
+    r_drop: float = _setting(0.0, "R-Drop alpha (Liang et al., 2021; not in the paper): each "
+                             "batch runs through the model twice with independent dropout "
+                             "and the loss adds alpha times their symmetric KL divergence. "
+                             "Twice the compute per update; 0 = off")
     checkpoint_every: int = _setting(1_000, "save a checkpoint ckpt-<step> every this many "
                                      "updates")
     keep_checkpoints: int = _setting(20, "checkpoints kept on disk")
@@ -117,6 +121,7 @@ class TrainConfig:
                 raise ValueError(f"`{name}` {getattr(self, name)!r} not in {choices}.")
         for name in ("average_last", "eval_every", "eval_sentences"):
             checks.integer(getattr(self, name), name, 0)
+        checks.number(self.r_drop, "r_drop", 0.0)
         if self.max_positions is not None and self.max_positions < self.max_length:
             raise ValueError(f"`max_positions` {self.max_positions} is below `max_length` "
                              f"{self.max_length}: training pairs would not fit the model's "
