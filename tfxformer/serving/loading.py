@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tfxformer import checks, rundir
 from tfxformer.config import DecodingOptions
-from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME
+from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 from tfxformer.serving.batching import translate_in_length_order
 from tfxformer.serving.translator import Translator
 
@@ -162,4 +162,4 @@ def _exported_options(loaded) -> DecodingOptions:
     if asset is None:
         return _DEFAULTS
     with open(asset.asset_path.numpy().decode(), encoding="utf-8") as f:
-        return DecodingOptions.from_dict(json.load(f).get("decoding") or {})
+        return RunRecord.from_dict(json.load(f)).decoding or _DEFAULTS
