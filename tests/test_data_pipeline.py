@@ -90,7 +90,7 @@ def test_bucket_plan_values_and_too_small_budget():
     assert bucket_plan(1000, max_length=20, num_replicas=3) == [(8, 123), (16, 60), (24, 39)]
     with pytest.raises(ValueError, match=r"batch_tokens=100 is too small.* = 128"):
         bucket_plan(100, max_length=64, num_replicas=2)
-    with pytest.raises(ValueError, match="num_replicas=0"):
+    with pytest.raises(ValueError, match="`num_replicas` must be an integer >= 1, got 0"):
         bucket_plan(100, num_replicas=0)
 
 
