@@ -62,6 +62,7 @@ RECORD_KEYS = {
     "preset": "the model preset the run started from",
     "vocabulary_sha256": "SHA-256 of spm.model, to tell another vocabulary of the same size",
     "train": "every training setting (tfxformer.training.TrainConfig) of the run",
+    "init_from": "the trained model the run started from (tfxformer.pretrained.init_record)",
 }
 # Entries of the record that must match for a run dir to be resumed by a new command.
 MUST_MATCH = ("model", "src", "tgt", "vocabulary_sha256")
