@@ -171,8 +171,8 @@ def test_model_fit_trains_a_loaded_model(source):
 
 def _fine_tune_args(corpus, model_dir, steps, init_from, **overrides):
     """train_wmt.py flags of a tiny fine-tuning run: no --preset, no --vocab-size."""
-    return script_args(corpus, model_dir, steps, init_from=init_from, preset=False,
-                       vocab_size=False, **overrides)
+    flags = dict(init_from=init_from, preset=False, vocab_size=False)
+    return script_args(corpus, model_dir, steps, **{**flags, **overrides})
 
 
 def _first_batch_loss(make_model, args, corpus):
@@ -218,13 +218,13 @@ def test_a_fine_tune_run_starts_from_the_source_model(source, corpus, tmp_path, 
 
 
 @pytest.mark.parametrize("flags, message", [
-    (dict(preset="base"), r"--preset 'base' given \(num_layers=6, d_model=512, num_heads=8, "
-                          r"d_ff=2048\), the model of --init-from '.*' has num_layers=2, "
-                          r"d_model=32, num_heads=4, d_ff=64"),
+    (dict(preset="small"), r"--preset 'small' given \(num_layers=3, d_model=256, "
+                           r"d_ff=1024\), the model of --init-from '.*' has num_layers=2, "
+                           r"d_model=32, d_ff=64"),
     (dict(vocab_size=8000), r"--vocab-size 8000 given, 400 in the model of --init-from"),
     (dict(max_positions=64), r"--max-positions 64 given, 1024 in the model of --init-from"),
     (dict(max_length=2000), r"--max-length 2000 is above the 1024 positions of the model"),
-])
+], ids=["preset", "vocab_size", "max_positions", "max_length"])
 def test_settings_that_conflict_with_init_from_are_named(source, corpus, tmp_path, capsys,
                                                          flags, message):
     args = _fine_tune_args(corpus, str(tmp_path / "run"), 1, source["run"], **flags)
