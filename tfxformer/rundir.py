@@ -59,6 +59,7 @@ RECORD_KEYS = {
     "preset": "the model preset the run started from",
     "vocabulary_sha256": "SHA-256 of spm.model, to tell another vocabulary of the same size",
     "train": "every training setting (tfxformer.training.TrainConfig) of the run",
+    "init_from": "the trained model the run started from (tfxformer.pretrained.init_record)",
 }
 # What an export adds to the record in its assets/config.json (tfxformer.serving.export).
 _EXPORT_KEYS = ("decoding", "precision", "compute_dtype", "shortlist")
@@ -95,6 +96,8 @@ class RunRecord:
         vocabulary_sha256: SHA-256 of spm.model. train: every TrainConfig setting.
         decoding: an export's :class:`tfxformer.config.DecodingOptions` (None in a run dir).
         export: an export's precision, compute_dtype and shortlist record ({} in a run dir).
+        init_from: the trained model a fine-tuning run started from (path, kind, weights,
+            vocabulary_sha256; :func:`tfxformer.pretrained.init_record`), or None.
     """
 
     model: ModelConfig
@@ -106,6 +109,7 @@ class RunRecord:
     train: dict = dataclasses.field(default_factory=dict)
     decoding: DecodingOptions | None = None
     export: dict = dataclasses.field(default_factory=dict)
+    init_from: dict | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> RunRecord:
@@ -128,13 +132,15 @@ class RunRecord:
             preset=data.get("preset"), vocabulary_sha256=data.get("vocabulary_sha256"),
             train=train,
             decoding=None if decoding is None else DecodingOptions.from_dict(decoding),
-            export={k: data[k] for k in _EXPORT_KEYS[1:] if k in data})
+            export={k: data[k] for k in _EXPORT_KEYS[1:] if k in data},
+            init_from=data.get("init_from"))
 
     def to_dict(self) -> dict:
         """The JSON object config.json holds (entries not recorded are left out)."""
         out = {"model": self.model.to_dict(), "src": self.src, "tgt": self.tgt,
                "max_length": self.max_length, "preset": self.preset,
-               "vocabulary_sha256": self.vocabulary_sha256, "train": dict(self.train)}
+               "vocabulary_sha256": self.vocabulary_sha256, "train": dict(self.train),
+               "init_from": self.init_from}
         out = {k: v for k, v in out.items() if v is not None and v != {}}
         if self.decoding is not None:
             out["decoding"] = self.decoding.to_dict()

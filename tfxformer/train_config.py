@@ -102,6 +102,12 @@ class TrainConfig:
                                    "reproducible runs)")
     export_dir: str | None = _setting(None, "at the end, export the translator SavedModel "
                                       "to EXPORT_DIR/<version>/")
+    init_from: str | None = _setting(
+        None, "start from a trained model: a SavedModel export or version dir, a run dir "
+              "(its averaged checkpoint first) or a preset dir. Its model settings, "
+              "vocabulary and weights are taken (a different `preset`, `vocab_size` or "
+              "`max_positions` is an error; `dropout` may be set); optimizer and schedule "
+              "start fresh. See tfxformer.pretrained")
     tfds_data_dir: str | None = _setting(None, "tensorflow-datasets data directory for "
                                          "`data` wmt14")
     tfds_manual_dir: str | None = _setting(None, "tensorflow-datasets manual download "
@@ -127,10 +133,20 @@ class TrainConfig:
                              f"{self.max_length}: training pairs would not fit the model's "
                              "position table.")
 
+        if self.init_from is not None:
+            from tfxformer.pretrained import check_fine_tune
+
+            check_fine_tune(self)
+
     def model_config(self) -> ModelConfig:
         """The model: the preset with the vocabulary size, `dropout` and the
         position-table size `max_positions` (by default the preset's, 1024, raised to
-        `max_length` if that is larger: this is the one place it is chosen)."""
+        `max_length` if that is larger: this is the one place it is chosen); with
+        `init_from`, the source model's (and `dropout`)."""
+        if self.init_from is not None:
+            from tfxformer.pretrained import fine_tune_model_config
+
+            return fine_tune_model_config(self)
         preset = get_preset(self.preset, vocab_size=self.vocab_size, dropout=self.dropout)
         positions = self.max_positions if self.max_positions is not None else \
             max(self.max_length, preset.max_positions)

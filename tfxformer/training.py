@@ -19,7 +19,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from tfxformer import checkpoints as ckpt
-from tfxformer import rundir
+from tfxformer import pretrained, rundir
 from tfxformer.config import PRECISION_POLICIES, ModelConfig
 from tfxformer.data import pipeline, sources, token_cache
 from tfxformer.data.tokenizer import Tokenizer, train_tokenizer
@@ -78,7 +78,10 @@ def _setup_logging(model_dir: str | None) -> None:
 def prepare_vocabulary(config: TrainConfig, corpus, strategy, chief: bool) -> Tokenizer:
     """Loads `spm.model` from the run dir, or trains it (chief) while the others wait."""
     path = os.path.join(config.model_dir, rundir.SPM_FILENAME)
-    if chief and not os.path.exists(path):
+    if chief and not os.path.exists(path) and config.init_from:
+        rundir.write_atomically(path, pretrained.fine_tune_vocabulary(config))
+        log.info("Took the vocabulary of %s (`init_from`)", config.init_from)
+    elif chief and not os.path.exists(path):
         log.info("Training the shared %d-token SentencePiece BPE vocabulary on %s",
                  config.vocab_size, corpus.origin)
         trained = train_tokenizer(corpus.training_text(), config.vocab_size, seed=config.seed)
@@ -101,6 +104,8 @@ def build_training(config: TrainConfig, strategy, nonfinite_fault_steps=()):
     with strategy.scope():
         model = Transformer(config.model_config())
         model.build()
+        if config.init_from:  # a resumed run's own checkpoint is restored over these
+            pretrained.load_initial_weights(model, config)
         schedule = TransformerSchedule(model.model_config.d_model, config.warmup_steps,
                                        config.lr_scale)
         optimizer = paper_adam(schedule)
@@ -138,6 +143,8 @@ def _write_config(config: TrainConfig, model_config: ModelConfig, chief: bool,
     record = rundir.make_record(model_config, config.src, config.tgt, config.max_length,
                                 config.preset, tokenizer.spm_bytes,
                                 dataclasses.asdict(config))
+    if config.init_from:
+        record["init_from"] = pretrained.init_record(config, tokenizer.spm_bytes)
     if os.path.exists(os.path.join(config.model_dir, rundir.CONFIG_FILENAME)):
         rundir.check_compatible(config.model_dir, record)
     elif chief:
@@ -239,6 +246,7 @@ def train_and_evaluate(config: TrainConfig, *, kill_at_save_step: int | None = N
         WorkerLostError: another worker of a multi-worker run died or became unreachable.
     """
     config.validate()
+    config = pretrained.fine_tune_config(config)  # the model settings of `init_from`
     if config.deterministic:
         keras.utils.set_random_seed(config.seed)
         tf.config.experimental.enable_op_determinism()

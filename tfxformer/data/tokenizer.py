@@ -142,6 +142,15 @@ class Tokenizer(tf.Module):
         with open(file, "rb") as f:
             return cls(f.read())
 
+    @classmethod
+    def from_preset(cls, path: str) -> Tokenizer:
+        """The vocabulary of the trained model at `path` (a SavedModel export or version
+        dir, a run dir, or a preset dir; :mod:`tfxformer.pretrained`): the same ids as
+        the model was trained with."""
+        from tfxformer.pretrained import load_tokenizer
+
+        return load_tokenizer(path)
+
     def save(self, directory: str) -> str:
         """Writes the model to `directory/spm.model` and returns that path."""
         os.makedirs(directory, exist_ok=True)

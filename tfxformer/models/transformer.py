@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfxformer.config import ModelConfig, get_preset
+from tfxformer.config import PRESETS, ModelConfig, get_preset
 from tfxformer.layers.decoder import Decoder
 from tfxformer.layers.embedding import SharedEmbedding
 from tfxformer.layers.encoder import Encoder
@@ -67,9 +67,26 @@ class Transformer(keras.Model):
         self.decoder = Decoder(name="decoder", dtype=policy, **stack)
 
     @classmethod
-    def from_preset(cls, name, vocab_size, **overrides):
-        """A model of preset `name` ("base", "big", "tiny", "small"; see tfxformer.config)."""
+    def from_preset(cls, name, vocab_size=None, **overrides):
+        """A new model of preset `name` ("base", "big", "tiny", "small"; see
+        tfxformer.config), or the trained model at path `name` with its weights: a
+        SavedModel export or version dir, a run dir, or a :meth:`save_to_preset` dir
+        (:mod:`tfxformer.pretrained`; `overrides` such as dropout, no other vocab_size)."""
+        from tfxformer import pretrained
+
+        if pretrained.is_model_path(name):
+            return pretrained.load_model(name, vocab_size, **overrides)
+        if vocab_size is None and name in PRESETS:
+            raise ValueError(f"Preset {name!r} needs a `vocab_size`.")
         return cls(get_preset(name, vocab_size=vocab_size, **overrides))
+
+    def save_to_preset(self, preset_dir, tokenizer=None):
+        """Writes config.json, model.weights.h5, metadata.json and (with the vocabulary
+        the model was loaded with, or `tokenizer`) spm.model into `preset_dir`, which
+        :meth:`from_preset` and ``Tokenizer.from_preset`` read back; returns `preset_dir`."""
+        from tfxformer import pretrained
+
+        return pretrained.save_preset(self, preset_dir, tokenizer)
 
     def build(self, input_shape=None):
         vectors = (None, None, self.model_config.d_model)

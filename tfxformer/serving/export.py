@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from tfxformer import checks
 from tfxformer.decoding.shortlist import build_shortlist_table
+from tfxformer.pretrained import load_saved_model_weights
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord, load_model
 from tfxformer.serving.loading import saved_model_versions
 from tfxformer.serving.translator import Translator
@@ -268,36 +269,3 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
     translator = _make_translator(model, record, spm_bytes, shortlist=table, **options)
     return export_translator(translator, export_dir, config=record, version=version,
                              num_batch_threads=num_batch_threads)
-
-
-def load_saved_model_weights(version_dir, precision="fp32"):
-    """Rebuilds `(model, record, spm_bytes)` from an export of this package: the
-    Transformer of `assets/config.json` (read as a :class:`RunRecord`) with the
-    SavedModel's variables, matched by path.
-
-    Re-exports a version whose run dir is gone (e.g. the shipped model) with today's code.
-
-    Raises:
-        ValueError: the SavedModel's variables do not fit the config's model.
-    """
-    from tfxformer.config import PRECISION_POLICIES
-    from tfxformer.models.transformer import Transformer
-
-    with open(os.path.join(version_dir, "assets", CONFIG_FILENAME), encoding="utf-8") as f:
-        record = RunRecord.from_dict(json.load(f))
-    with open(os.path.join(version_dir, "assets", SPM_FILENAME), "rb") as f:
-        spm_bytes = f.read()
-    saved = tf.saved_model.load(version_dir)
-    def key(path):  # a path below the model's own (auto-numbered) name
-        return path.rsplit(":", 1)[0].split("/", 1)[-1]
-
-    values = {key(v.name): v for v in saved.model_variables}
-    model = Transformer(record.model, dtype=PRECISION_POLICIES[precision])
-    model.build()
-    missing = [w.path for w in model.weights if key(w.path) not in values]
-    if missing or len(values) != len(model.weights):
-        raise ValueError(f"SavedModel {version_dir!r} holds {len(values)} variables for a "
-                         f"model of {len(model.weights)} weights; missing e.g. {missing[:3]}.")
-    for weight in model.weights:
-        weight.assign(values[key(weight.path)])
-    return model, record, spm_bytes

@@ -1,0 +1,266 @@
+"""Trained models as Keras models and as the start of a new run (tfxformer.pretrained):
+`Transformer.from_preset(path)`, `Tokenizer.from_preset(path)`, `save_to_preset`, and
+`scripts/train_wmt.py --init-from`."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import strategy_over
+from test_reliability import (
+    KILL_AT_SAVE_ENV,
+    TRAIN_WMT,
+    checkpoint_state,
+    clean_env,
+    model_tensors,
+    run_main,
+    script_args,
+    tiny_corpus,
+    train_wmt,
+)
+
+from tfxformer import Transformer, pretrained, rundir
+from tfxformer.data import Tokenizer
+from tfxformer.data.sources import load_corpus
+from tfxformer.losses import LabelSmoothedCrossEntropy
+from tfxformer.schedules import TransformerSchedule, paper_adam
+from tfxformer.trainer import Trainer
+from tfxformer.training import training_dataset
+
+SOURCE_STEPS = 30
+PROCESS_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return tiny_corpus(tmp_path_factory.mktemp("corpus") / "data")
+
+
+@pytest.fixture(scope="module")
+def source(corpus, tmp_path_factory):
+    """A tiny run trained 30 steps, ckpt-20 and ckpt-30 averaged, and its export."""
+    folder = tmp_path_factory.mktemp("source")
+    run, export = str(folder / "run"), str(folder / "export")
+    args = script_args(corpus, run, SOURCE_STEPS, checkpoint_every=10, average_last=2,
+                       export_dir=export, log_every=10)
+    assert train_wmt.main(args) == 0
+    return {"run": run, "export": export, "version": os.path.join(export, "1")}
+
+
+def _checkpoint_model(run, path):
+    return rundir.load_model(run, os.path.join(run, path))[0]
+
+
+def _assert_same_weights(model, reference):
+    keys = {pretrained.weight_key(w.path): w for w in reference.weights}
+    assert len(model.weights) == len(keys)
+    for weight in model.weights:
+        np.testing.assert_array_equal(weight.numpy(), keys[pretrained.weight_key(weight.path)]
+                                      .numpy(), err_msg=weight.path)
+
+
+def test_from_preset_loads_the_weights_of_a_run_dir_export_and_version_dir(source):
+    averaged = _checkpoint_model(source["run"], "averaged/ckpt-30")
+    latest = _checkpoint_model(source["run"], "checkpoints/ckpt-30")
+    assert not np.array_equal(averaged.weights[0].numpy(), latest.weights[0].numpy())
+    for path in (source["run"], source["export"], source["version"]):
+        model = Transformer.from_preset(path)
+        assert model.model_config == averaged.model_config
+        _assert_same_weights(model, averaged)  # the run dir's averaged checkpoint first
+    ids = (tf.constant([[5, 6, 7, 0]]), tf.constant([[2, 8, 9]]))
+    np.testing.assert_allclose(model(ids), averaged(ids), rtol=1e-6, atol=1e-6)
+
+
+def test_tokenizer_from_preset_is_the_vocabulary_the_model_was_trained_with(source, tmp_path):
+    with open(os.path.join(source["run"], "spm.model"), "rb") as f:
+        trained = f.read()
+    Transformer.from_preset(source["export"]).save_to_preset(tmp_path / "preset")
+    for path in (source["run"], source["export"], source["version"], tmp_path / "preset"):
+        tokenizer = Tokenizer.from_preset(path)
+        assert tokenizer.spm_bytes == trained
+    ids = Tokenizer(trained).tokenize(["A dog runs."]).to_list()
+    assert tokenizer.tokenize(["A dog runs."]).to_list() == ids
+
+
+def test_save_to_preset_round_trips_weights_config_and_vocabulary(source, tmp_path):
+    model = Transformer.from_preset(source["export"])
+    folder = model.save_to_preset(str(tmp_path / "preset"))
+    assert sorted(os.listdir(folder)) == ["config.json", "metadata.json", "model.weights.h5",
+                                          "spm.model"]
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    assert config["registered_name"] == "tfxformer>Transformer"
+    assert config["config"] == model.model_config
+    again = Transformer.from_preset(folder)
+    _assert_same_weights(again, model)
+    again.save_to_preset(tmp_path / "twice")  # the vocabulary travels with the model
+    with open(tmp_path / "twice" / "spm.model", "rb") as a, \
+            open(os.path.join(folder, "spm.model"), "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_save_to_preset_without_a_vocabulary_and_with_a_wrong_one(source, tmp_path):
+    fresh = Transformer.from_preset("tiny", vocab_size=400)
+    fresh.save_to_preset(tmp_path / "bare")
+    _assert_same_weights(Transformer.from_preset(tmp_path / "bare"), fresh)
+    with pytest.raises(FileNotFoundError, match=r"no vocabulary \(spm.model\).*tokenizer="):
+        Tokenizer.from_preset(tmp_path / "bare")
+    other = Transformer.from_preset("tiny", vocab_size=300)
+    with pytest.raises(ValueError, match="tokenizer has 400 pieces, the model a vocabulary "
+                                         "of 300"):
+        other.save_to_preset(tmp_path / "wrong", tokenizer=Tokenizer.from_preset(source["run"]))
+
+
+def test_overrides_that_change_no_weight_are_taken(source):
+    model = Transformer.from_preset(source["export"], dropout=0.25, vocab_size=400,
+                                    dtype="mixed_bfloat16")
+    assert model.get_config()["dropout"] == 0.25 and model.compute_dtype == "bfloat16"
+    _assert_same_weights(model, Transformer.from_preset(source["export"]))
+
+
+def test_a_weight_that_does_not_fit_is_named_with_both_shapes(source):
+    with pytest.raises(ValueError, match=r"encoder/layer_0/feed_forward/inner/kernel: "
+                                         r"\(32, 64\) in run dir .*, \(32, 128\) in the model"):
+        Transformer.from_preset(source["run"], d_ff=128)
+    with pytest.raises(ValueError, match="vocab_size=500 given, but the model at .* has a "
+                                         "vocabulary of 400"):
+        Transformer.from_preset(source["export"], vocab_size=500)
+
+
+def test_paths_that_are_no_model_of_this_package(tmp_path):
+    with pytest.raises(FileNotFoundError, match="'.*missing' does not exist; expected a "
+                                                "SavedModel export dir"):
+        Transformer.from_preset(str(tmp_path / "missing"))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.txt").write_text("hello")
+    (tmp_path / "notes" / "data").mkdir()
+    with pytest.raises(ValueError, match=r"not a model of this package: it holds "
+                                         r"README.txt, data/; expected"):
+        Tokenizer.from_preset(tmp_path / "notes")
+    foreign = tmp_path / "foreign" / "1"
+    (foreign / "assets").mkdir(parents=True)
+    (foreign / "saved_model.pb").write_bytes(b"")
+    (foreign / "assets" / "vocab.txt").write_text("a\n")
+    with pytest.raises(ValueError, match=r"not an export of this package: its assets/ holds "
+                                         r"vocab.txt, not config.json and spm.model"):
+        Transformer.from_preset(tmp_path / "foreign")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text('{"hidden_size": 8}')
+    with pytest.raises(ValueError, match=r"must hold \{'model'.*got keys \['hidden_size'\]"):
+        Transformer.from_preset(tmp_path / "other")
+
+
+def test_model_fit_trains_a_loaded_model(source):
+    model = Transformer.from_preset(source["export"], dropout=0.0)
+    before = model.get_weights()
+    model.compile(optimizer=paper_adam(TransformerSchedule(32, warmup_steps=10)),
+                  loss=LabelSmoothedCrossEntropy(0.1))
+    source_ids = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
+    decoder_in, labels = np.array([[2, 10, 11], [2, 12, 0]]), np.array([[10, 11, 3], [12, 3, 0]])
+    history = model.fit((source_ids, decoder_in), labels, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights(),
+                                                         strict=True))
+
+
+def _fine_tune_args(corpus, model_dir, steps, init_from, **overrides):
+    """train_wmt.py flags of a tiny fine-tuning run: no --preset, no --vocab-size."""
+    flags = dict(init_from=init_from, preset=False, vocab_size=False)
+    return script_args(corpus, model_dir, steps, **{**flags, **overrides})
+
+
+def _first_batch_loss(make_model, args, corpus):
+    """The training loss of `make_model()` on the first batch the run of `args` trains on."""
+    config = pretrained.fine_tune_config(train_wmt.parse_args(args))
+    data = load_corpus(corpus, "en", "de")
+    batches = iter(training_dataset(config, data, Tokenizer.from_preset(config.init_from), 1))
+    strategy = strategy_over(1)
+    with strategy.scope():
+        model = make_model()
+        if not model.built:
+            model.build()
+        optimizer = paper_adam(TransformerSchedule(32, config.warmup_steps))
+    return Trainer(model, optimizer, strategy, config.label_smoothing).train_step(
+        batches)["loss"]
+
+
+def test_a_fine_tune_run_starts_from_the_source_model(source, corpus, tmp_path, capsys):
+    run = str(tmp_path / "tuned")
+    args = _fine_tune_args(corpus, run, 1, source["export"], dropout=0.0, warmup_steps=7,
+                           lr_scale=0.5)
+    capsys.readouterr()
+    assert train_wmt.main(args) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    expected = _first_batch_loss(
+        lambda: Transformer.from_preset(source["export"], dropout=0.0), args, corpus)
+    fresh = _first_batch_loss(
+        lambda: Transformer.from_preset("tiny", vocab_size=400, dropout=0.0), args, corpus)
+    assert metrics["loss"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["loss"] < fresh - 0.3
+    # The schedule starts again at step 1, with this run's warmup and scale.
+    assert metrics["lr"] == pytest.approx(float(TransformerSchedule(32, 7, 0.5)(1)), rel=1e-6)
+    with open(os.path.join(run, "spm.model"), "rb") as a, \
+            open(os.path.join(source["version"], "assets", "spm.model"), "rb") as b:
+        assert a.read() == b.read()
+    record = rundir.read_config(run)
+    assert record["init_from"] == {
+        "path": source["export"], "kind": "saved_model", "weights": source["version"],
+        "vocabulary_sha256": record["vocabulary_sha256"]}
+    assert record["model"] == dict(Transformer.from_preset(source["run"]).model_config,
+                                   dropout=0.0)
+    assert record["train"]["init_from"] == source["export"] and record["preset"] == "tiny"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(preset="small"), r"--preset 'small' given \(num_layers=3, d_model=256, "
+                           r"d_ff=1024\), the model of --init-from '.*' has num_layers=2, "
+                           r"d_model=32, d_ff=64"),
+    (dict(vocab_size=8000), r"--vocab-size 8000 given, 400 in the model of --init-from"),
+    (dict(max_positions=64), r"--max-positions 64 given, 1024 in the model of --init-from"),
+    (dict(max_length=2000), r"--max-length 2000 is above the 1024 positions of the model"),
+], ids=["preset", "vocab_size", "max_positions", "max_length"])
+def test_settings_that_conflict_with_init_from_are_named(source, corpus, tmp_path, capsys,
+                                                         flags, message):
+    args = _fine_tune_args(corpus, str(tmp_path / "run"), 1, source["run"], **flags)
+    status, err = run_main(capsys, args)
+    assert status == 2 and not os.path.exists(tmp_path / "run")
+    assert err.startswith("train_wmt.py: error: Settings conflict with --init-from: ")
+    assert re.search(message, err), err
+
+
+def test_init_from_a_path_that_is_no_model(corpus, tmp_path, capsys):
+    status, err = run_main(capsys, _fine_tune_args(corpus, str(tmp_path / "run"), 1,
+                                                   str(tmp_path / "nowhere")))
+    assert status == 2 and "nowhere' does not exist; expected a SavedModel" in err
+
+
+def test_a_killed_fine_tune_run_resumes_from_its_own_checkpoint(source, corpus, tmp_path):
+    args = _fine_tune_args(corpus, str(tmp_path / "straight"), 6, source["run"],
+                           deterministic=True)
+    assert train_wmt.main(args) == 0
+    killed = str(tmp_path / "killed")
+    args = _fine_tune_args(corpus, killed, 6, source["run"], deterministic=True)
+    with open(tmp_path / "1.log", "w") as out:
+        status = subprocess.run([sys.executable, TRAIN_WMT, *args], stdout=out,
+                                stderr=subprocess.STDOUT, timeout=PROCESS_TIMEOUT_S,
+                                env=clean_env(**{KILL_AT_SAVE_ENV: "4"})).returncode
+    assert status == -signal.SIGKILL, (tmp_path / "1.log").read_text()[-3000:]
+    assert checkpoint_state(killed) == ("ckpt-2", ["ckpt-2"])
+    result = subprocess.run([sys.executable, TRAIN_WMT, *args], capture_output=True,
+                            text=True, timeout=PROCESS_TIMEOUT_S, env=clean_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert os.path.join("checkpoints", "ckpt-2 at step 2") in result.stderr
+    assert checkpoint_state(killed)[0] == "ckpt-6"
+    straight = model_tensors(str(tmp_path / "straight"), "ckpt-6")
+    resumed = model_tensors(killed, "ckpt-6")
+    assert sorted(straight) == sorted(resumed)
+    for key, value in straight.items():
+        np.testing.assert_array_equal(resumed[key], value, err_msg=key)
+    assert rundir.read_config(killed)["init_from"]["weights"] == os.path.join(
+        source["run"], "averaged", "ckpt-30")
