@@ -1,0 +1,88 @@
+"""tfxformer/ has no import cycle: the modules import one another in one order.
+
+Package `__init__` files are facades that re-export names and are left out. A module may
+import another inside a function only where that second module depends on the first: the
+convenience constructors that hand a path to :mod:`tfxformer.pretrained` (a model class
+that loads trained instances of itself needs the loader, and the loader the class). Those
+delegations are listed here, so that a new one is a decision, not an accident.
+"""
+
+import ast
+import os
+
+import pytest
+
+PACKAGE = os.path.join(os.path.dirname(__file__), "..", "tfxformer")
+DELEGATIONS = {("tfxformer.models.transformer", "tfxformer.pretrained"),
+               ("tfxformer.data.tokenizer", "tfxformer.pretrained")}
+
+
+def _modules():
+    found = {}
+    for folder, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py") and name != "__init__.py":
+                path = os.path.join(folder, name)
+                module = os.path.relpath(path[:-3], os.path.join(PACKAGE, "..")).replace(
+                    os.sep, ".")
+                found[module] = path
+    return found
+
+
+def _imports(path, modules):
+    """(module-level imports, imports inside functions) of tfxformer modules."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    nested = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef,
+                                                               ast.AsyncFunctionDef))
+              for n in ast.walk(f) if n is not f}
+    top, inner = set(), set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        targets = {n for n in names if n in modules}
+        (inner if id(node) in nested else top).update(targets)
+    return top, inner
+
+
+@pytest.fixture(scope="module")
+def graph():
+    modules = _modules()
+    return {m: _imports(p, modules) for m, p in modules.items()}
+
+
+def _cycle(edges):
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for dep in sorted(edges.get(node, ())):
+            if state.get(dep) == "open":
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        stack.pop()
+        state[node] = "done"
+        return None
+    for node in sorted(edges):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_module_level_imports_have_no_cycle(graph):
+    cycle = _cycle({m: top for m, (top, _) in graph.items()})
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_imports_inside_functions_close_no_cycle_but_the_listed_delegations(graph):
+    edges = {m: top | {d for d in inner if (m, d) not in DELEGATIONS}
+             for m, (top, inner) in graph.items()}
+    cycle = _cycle(edges)
+    assert cycle is None, "import cycle through a function-level import: " + " -> ".join(
+        cycle)
+    for module, target in DELEGATIONS:
+        assert target in graph[module][1], f"{module} no longer imports {target}: drop it"
