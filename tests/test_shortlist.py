@@ -335,6 +335,7 @@ def test_export_holds_the_table_apart_from_the_model_variables(shortlist_export,
                                   translators[1].model.weights[0].numpy())
 
 
+@pytest.mark.slow
 def test_exported_shortlist_runs_in_a_fresh_tensorflow_process(shortlist_export, translators):
     """Only core and tensorflow-text ops; the session loader (as TF Serving) gives the
     in-process strings."""
