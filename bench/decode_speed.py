@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Translation (decoding) throughput of tfxformer's beam search and greedy decoding.
 
-Default workload = the peers' (/work/shared/peers/RESULTS.md §3): base preset, random
+Default workload = the peers' (the peer benchmarks' RESULTS.md §3): base preset, random
 weights (seed 0), vocabulary 32000, 64 source sentences of 24 real tokens (the peers' ids:
 numpy default_rng(0).integers(3, V)), beam 4 with alpha 0.6, exactly --decode-steps (32)
 generated tokens per sentence. The whole call (encoder + decoding loop) is
@@ -22,7 +22,7 @@ batch's shortlist is that pool plus the 4 special ids, and the per-batch union
 real text (README, "Vocabulary shortlist": L per batch of 64 for the shipped model).
 
 --best runs the best mode, an alias of explicit flags (BEST below, printed in the JSON):
---precision bf16 --shortlist-size BEST_SHORTLIST_SIZE. Whatever the sitting of
+--precision bf16 --shortlist-size BEST_SHORTLIST_SIZE. Whatever the current table of
 bench/README.md measures fastest is what BEST should hold; change it there and here.
 
   python bench/decode_speed.py                      # beam 4, fp32

@@ -51,12 +51,13 @@ busy with a training: 37.5 s and 50.6 s with 2 threads vs 0.18 s with 1;
 bench/results/translate_real.log, bench/README.md).
 
 Environments: the TF part runs in the project venv (PYTHONPATH = repo root), the CT2 part
-in its own venv, no TensorFlow:
-  python3.11 -m venv /tmp/venv/ct2
-  /tmp/venv/ct2/bin/pip install ctranslate2 sentencepiece numpy sacrebleu
+in its own venv, no TensorFlow, named by --ct2-python or TFXFORMER_CT2_PYTHON:
+  python3.11 -m venv CT2_VENV
+  CT2_VENV/bin/pip install ctranslate2 sentencepiece numpy sacrebleu
+  export TFXFORMER_CT2_PYTHON=CT2_VENV/bin/python
 Run (from the repo root, with the project's python):
   PYTHONPATH=$PWD python bench/translate_real.py [--limit N] [--sets ...] [--systems ...] \
-      [--ct2-python /tmp/venv/ct2/bin/python]
+      [--ct2-python CT2_VENV/bin/python]
 Prints one JSON line per system and set: {"system", "set", "sentences_per_second",
 "target_tokens_per_second", "bleu", "peak_rss_mib"}; details go to stderr.
 """
@@ -392,8 +393,9 @@ def parse_args(argv=None):
                     help="CT2 intra_threads (default: the number of --cpus)")
     ap.add_argument("--tf-python", default=sys.executable,
                     help="python with TensorFlow and tfxformer (default: this one)")
-    ap.add_argument("--ct2-python", default="/tmp/venv/ct2/bin/python",
-                    help="python of the CTranslate2 venv (default: %(default)s)")
+    ap.add_argument("--ct2-python", default=os.environ.get("TFXFORMER_CT2_PYTHON"),
+                    help="python of the CTranslate2 venv, for the ct2-* systems (default: "
+                         "$TFXFORMER_CT2_PYTHON)")
     ap.add_argument("--repeats", type=int, default=3,
                     help="timed calls per system and set; the median counts (default: 3)")
     ap.add_argument("--best-precision", choices=["fp32", "bf16"], default="fp32",
@@ -410,6 +412,12 @@ def parse_args(argv=None):
                    "--npz", "--out"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    wants_ct2 = args.role == "drive" and any(s.startswith("ct2") for s in args.systems)
+    if wants_ct2 and not (args.ct2_python and os.access(args.ct2_python, os.X_OK)):
+        ap.error(f"the ct2-* systems need the python of a CTranslate2 venv: --ct2-python or "
+                 f"TFXFORMER_CT2_PYTHON (got {args.ct2_python!r}; make one with `python3.11 -m "
+                 "venv CT2_VENV && CT2_VENV/bin/pip install ctranslate2 sentencepiece numpy "
+                 "sacrebleu`), or leave them out with --systems")
     if args.limit is not None and args.limit < 1:
         ap.error(f"--limit must be >= 1, got {args.limit}.")
     if args.cpus:

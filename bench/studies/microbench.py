@@ -1,14 +1,20 @@
 #!/usr/bin/env python
 """A/B micro-benchmarks of the hot spots the profiles point at (base shapes, fp32).
 
-Each case times its variants alternately in one process (median of --repeats rounds), so
-the ratios hold on a shared machine. Variant "a" is what tfxformer does today; the others
-are candidate fixes. Shapes follow the peers' workloads: training B=128, T=32, D=512,
-V=32000; beam search 64 sentences x beam 4 = 256 hypotheses, cache length L, S=24.
+Conclusion: the winners were adopted (one 2-D GEMM for the weight projections and the logits,
+`tfxformer.layers.ops.matmul_last`; `tfxformer.layers.norm.LayerNorm`; the fused loss);
+the cache-write and int8 variants lost (stock TensorFlow int8 GEMMs are 3-5x slower than
+fp32 on the CPU measured), so several cases' variant "a" no longer describes tfxformer.
 
-  python bench/microbench.py                 # all cases
-  python bench/microbench.py --cases logits,cache_write --repeats 5
-  python bench/microbench.py --small         # smoke test with small shapes
+Each case times its variants alternately in one process (median of --repeats rounds), so
+the ratios hold on a shared machine. Variant "a" is what tfxformer did when the case was
+written; the others are candidate fixes. Shapes follow the peers' workloads: training
+B=128, T=32, D=512, V=32000; beam search 64 sentences x beam 4 = 256 hypotheses, cache
+length L, S=24.
+
+  python bench/studies/microbench.py                 # all cases
+  python bench/studies/microbench.py --cases logits,cache_write --repeats 5
+  python bench/studies/microbench.py --small         # smoke test with small shapes
 
 Cases:
   logits       tied logits x E^T, forward + backward: (a) tf.matmul on (B, T, D) x (V, D)^T,
@@ -57,10 +63,13 @@ Cases:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 
-import benchlib as bl
-from patches import fused_label_smoothed_nll
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
+import benchlib as bl  # noqa: E402
+from patches import fused_label_smoothed_nll  # noqa: E402
 
 
 def parse_args(argv=None):
