@@ -94,3 +94,13 @@ def test_training_page_lists_every_setting():
     missing = [f.name for f in dataclasses.fields(TrainConfig)
                if f"--{f.name.replace('_', '-')}" not in page]
     assert not missing, f"docs/training.md does not mention: {missing}"
+
+
+def test_relative_links_point_at_files():
+    broken = []
+    for path in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _read(path)):
+            if not re.match(r"[a-z]+://", target) and not os.path.exists(
+                    os.path.join(os.path.dirname(path), target)):
+                broken.append(f"{os.path.relpath(path, ROOT)}: {target}")
+    assert not broken, "links to missing files:\n" + "\n".join(broken)
