@@ -14,7 +14,7 @@ Systems, each run in its own process (so that `ru_maxrss` is its own peak RSS):
   tfxformer-shortlist  the same variables re-exported at fp32 with a vocabulary shortlist
                   (`scripts/export.py --shortlist K,N`, --shortlist, default 20,1000; the
                   table from the model's training data, multi30k train.en/train.de): the
-                  shortlist lever alone, same signature (README, "Vocabulary shortlist").
+                  shortlist lever alone, same signature (docs/serving.md, "Vocabulary shortlist").
   ct2-float32,    the same trained weights converted to CTranslate2 with its Python
   ct2-int8        `ctranslate2.specs` API from numpy (as bench/ct2_peer.py does for random
                   weights), loaded with compute_type float32 / int8.
@@ -80,7 +80,7 @@ DATA = os.path.join(REPO, "..", "shared", "data")
 EXPORT_DIR = os.path.join(REPO, "saved_models", "multi30k_en_de")
 SYSTEMS = ("tfxformer-fp32", "tfxformer-best", "tfxformer-shortlist", "ct2-float32",
            "ct2-int8")
-DEFAULT_SHORTLIST = "20,1000"  # BLEU 0.07 below the full vocabulary (README)
+DEFAULT_SHORTLIST = "20,1000"  # BLEU 0.07 below the full vocabulary (docs/serving.md)
 SETS = {"test_2016_flickr": ("multi30k", "test_2016_flickr"),
         "newstest2014": ("wmt14", "newstest2014")}
 BEAM, ALPHA, BATCH = 4, 0.6, 64

@@ -247,7 +247,7 @@ def test_saved_model_cli_show_and_run(export_dir):
                      "signature_def['translate_with_options']", "inputs['beam_size']",
                      "inputs['alpha']", "inputs['extra_length']"):
         assert expected in shown, expected
-    # `run` needs the tensorflow-text ops registered first (README "Serving").
+    # `run` needs the tensorflow-text ops registered first (docs/serving.md).
     run_cli = ("import sys, tensorflow_text; from tensorflow.python.tools.saved_model_cli "
                "import main; sys.argv[0] = 'saved_model_cli'; sys.exit(main())")
     ran = _run([sys.executable, "-c", run_cli, "run", "--dir", version, "--tag_set", "serve",
