@@ -1,8 +1,8 @@
 """Shared test setup: quiet TensorFlow, 8 logical CPU devices for MirroredStrategy tests,
 the shared data folder, and the `slow` tier.
 
-Tests marked `slow` (`pytest.ini`) train, spawn processes or compile C++;
-`pytest -m "not slow"` runs the rest, the inner loop of a change; CI runs everything.
+Tests marked `slow` (`pytest.ini`) train, spawn processes, compile C++ or run an export script
+end to end; `pytest -m "not slow"` runs the rest, the inner loop of a change; CI runs everything.
 """
 
 import os

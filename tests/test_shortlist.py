@@ -380,6 +380,7 @@ def run_dir_with_data(spm_model, tmp_path_factory):
     return str(run), str(data)
 
 
+@pytest.mark.slow
 def test_export_script_builds_the_shortlist_from_the_run_data(run_dir_with_data, tmp_path):
     run, data = run_dir_with_data
     main = load_script("export").main
