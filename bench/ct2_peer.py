@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""CTranslate2 peer of decode_speed.py, built without torch (same-sitting reference).
+"""CTranslate2 peer of decode_speed.py, built without torch (a reference run beside ours).
 
-The peers' CTranslate2 figures (/work/shared/peers/infer_ct2.py) come from a random Marian
+The peers' CTranslate2 figures (their `infer_ct2.py`) come from a random Marian
 model converted with transformers + torch. This script builds the same shape directly as a
 `ctranslate2.specs.TransformerSpec` from numpy (seed 0): base dims, post-LN, ReLU,
 sinusoidal positions, embeddings scaled by sqrt(d), one embedding matrix shared by source,

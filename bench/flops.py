@@ -7,8 +7,8 @@ norm and embedding gathers are ignored (< 2 %). A training step is 3 x forward (
 measured on this machine (TF eager fp32 matmul at n = 4096); bf16 runs use the same
 denominator, as in the peers' table.
 
-The formulas are copied from /work/shared/peers/common_flops.py (not imported, so the
-benchmarks run without the peers' folder).
+The formulas are copied from the peers' `common_flops.py` (not imported, so the
+benchmarks run without the peers' code).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared GPU check of tfxformer training (issue 16); <= 8 minutes on one GPU.
+# One prepared GPU check of tfxformer training ; <= 8 minutes on one GPU.
 #
 #   bash bench/gpu_check.sh [--cpu] [--data DIR] [--out DIR]
 #

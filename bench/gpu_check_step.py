@@ -1,4 +1,4 @@
-"""The training-step part of bench/gpu_check.sh: one JSON line per figure (issue 16).
+"""The training-step part of bench/gpu_check.sh: one JSON line per figure.
 
 Per precision (fp16 with loss scaling, bf16) and with/without XLA: the base model's real
 step (`Trainer.step` through a `DeviceFeed`, results read once at the end) on 25,000-token

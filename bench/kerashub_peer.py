@@ -1,4 +1,4 @@
-"""The keras-hub peer of the training benchmark, built as /work/shared/peers/train_kerashub.py.
+"""The keras-hub peer of the training benchmark, built as the peers' `train_kerashub.py`.
 
 One tied keras_hub.layers.ReversibleEmbedding shared by source, target and the pre-softmax
 projection, embeddings scaled by sqrt(d) plus SinePositionEncoding and dropout; N

@@ -34,15 +34,18 @@ run decode_per_step_static        bench/decode_speed.py --per-step --repeats 2 -
 run decode_beam4_bf16_xla         bench/decode_speed.py $D --precision bf16 --xla
 run profile_train                 bench/profile_ops.py --what train --steps 2
 run profile_beam                  bench/profile_ops.py --what beam --steps 2
-run microbench                    bench/microbench.py
-run microbench_loss               bench/microbench.py --cases loss
+run microbench                    bench/studies/microbench.py
+run microbench_loss               bench/studies/microbench.py --cases loss
 run train_fp32_xla_vs_kerashub    bench/train_speed.py $T --xla --peer keras-hub
-run whatif_beam_fused_topk        bench/whatif.py --what beam --patch fused_topk --repeats 3
-run decode_compaction             bench/decode_compaction.py
+run whatif_beam_fused_topk        bench/studies/whatif.py --what beam --patch fused_topk --repeats 3
+run decode_compaction             bench/studies/decode_compaction.py
 run complexity                    bench/complexity.py
-# CTranslate2 in the same sitting (needs `pip install ctranslate2 numpy` in some venv: CT2PY)
-CT2PY=${CT2PY:-/tmp/venv/ct2/bin/python}
-if [ -x "$CT2PY" ]; then
+# CTranslate2 in the same run (TFXFORMER_CT2_PYTHON: the python of a venv with
+# `pip install ctranslate2 numpy`; skipped, with a note, when it is not set)
+CT2PY=${TFXFORMER_CT2_PYTHON:-}
+if [ -z "$CT2PY" ] || [ ! -x "$CT2PY" ]; then
+  echo "== CTranslate2 runs skipped: set TFXFORMER_CT2_PYTHON to the python of a CTranslate2 venv" >&2
+else
   PY=$CT2PY run ct2_beam4_fp32                          bench/ct2_peer.py --compute-type float32
   CT2_FORCE_CPU_ISA=AVX512 PY=$CT2PY run ct2_beam4_int8_avx512 bench/ct2_peer.py --compute-type int8
   PY=$CT2PY run ct2_greedy_fp32                         bench/ct2_peer.py --compute-type float32 --beams 1
@@ -57,8 +60,8 @@ run smoke_decode                  bench/decode_speed.py $S --repeats 1
 run smoke_decode_per_step         bench/decode_speed.py $S --repeats 1 --per-step --decode-steps 8
 run smoke_complexity              bench/complexity.py --d-model 64 --lengths 16,64 --repeats 1 --plot /tmp/complexity_smoke.png
 run smoke_profile                 bench/profile_ops.py $S --what beam --steps 1 --top 5
-run smoke_microbench              bench/microbench.py --small --repeats 1
-run smoke_whatif                  bench/whatif.py $S --what beam --patch fused_topk --repeats 1
-run smoke_decode_compaction       bench/decode_compaction.py $S --long-len 40 --repeats 1
+run smoke_microbench              bench/studies/microbench.py --small --repeats 1
+run smoke_whatif                  bench/studies/whatif.py $S --what beam --patch fused_topk --repeats 1
+run smoke_decode_compaction       bench/studies/decode_compaction.py $S --long-len 40 --repeats 1
 run smoke_decode_memory           bench/decode_memory.py $S
-run smoke_xla_real                bench/xla_real.py --limit 64 --repeats 1
+run smoke_xla_real                bench/studies/xla_real.py --limit 64 --repeats 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Training-step throughput of tfxformer on the peers' workload (random weights).
 
-Default workload = the peers' (/work/shared/peers/RESULTS.md §2): base preset, vocabulary
+Default workload = the peers' (the peer benchmarks' RESULTS.md §2): base preset, vocabulary
 32000, 128 pairs x 32 source x 32 target tokens, every token real (the ids of the peers'
 `bench_data.fixed_batches`: warm-up batches seed 1, measured batches seed 2), label
 smoothing 0.1, Adam(0.9, 0.98, 1e-9) with the warmup-4000 schedule. The step is tfxformer's

@@ -14,7 +14,7 @@ Systems, each run in its own process (so that `ru_maxrss` is its own peak RSS):
   tfxformer-shortlist  the same variables re-exported at fp32 with a vocabulary shortlist
                   (`scripts/export.py --shortlist K,N`, --shortlist, default 20,1000; the
                   table from the model's training data, multi30k train.en/train.de): the
-                  shortlist lever alone, same signature (README, "Vocabulary shortlist").
+                  shortlist lever alone, same signature (docs/serving.md, "Vocabulary shortlist").
   ct2-float32,    the same trained weights converted to CTranslate2 with its Python
   ct2-int8        `ctranslate2.specs` API from numpy (as bench/ct2_peer.py does for random
                   weights), loaded with compute_type float32 / int8.
@@ -51,12 +51,13 @@ busy with a training: 37.5 s and 50.6 s with 2 threads vs 0.18 s with 1;
 bench/results/translate_real.log, bench/README.md).
 
 Environments: the TF part runs in the project venv (PYTHONPATH = repo root), the CT2 part
-in its own venv, no TensorFlow:
-  python3.11 -m venv /tmp/venv/ct2
-  /tmp/venv/ct2/bin/pip install ctranslate2 sentencepiece numpy sacrebleu
+in its own venv, no TensorFlow, named by --ct2-python or TFXFORMER_CT2_PYTHON:
+  python3.11 -m venv CT2_VENV
+  CT2_VENV/bin/pip install ctranslate2 sentencepiece numpy sacrebleu
+  export TFXFORMER_CT2_PYTHON=CT2_VENV/bin/python
 Run (from the repo root, with the project's python):
   PYTHONPATH=$PWD python bench/translate_real.py [--limit N] [--sets ...] [--systems ...] \
-      [--ct2-python /tmp/venv/ct2/bin/python]
+      [--ct2-python CT2_VENV/bin/python]
 Prints one JSON line per system and set: {"system", "set", "sentences_per_second",
 "target_tokens_per_second", "bleu", "peak_rss_mib"}; details go to stderr.
 """
@@ -79,7 +80,7 @@ DATA = os.path.join(REPO, "..", "shared", "data")
 EXPORT_DIR = os.path.join(REPO, "saved_models", "multi30k_en_de")
 SYSTEMS = ("tfxformer-fp32", "tfxformer-best", "tfxformer-shortlist", "ct2-float32",
            "ct2-int8")
-DEFAULT_SHORTLIST = "20,1000"  # BLEU 0.07 below the full vocabulary (README)
+DEFAULT_SHORTLIST = "20,1000"  # BLEU 0.07 below the full vocabulary (docs/serving.md)
 SETS = {"test_2016_flickr": ("multi30k", "test_2016_flickr"),
         "newstest2014": ("wmt14", "newstest2014")}
 BEAM, ALPHA, BATCH = 4, 0.6, 64
@@ -392,8 +393,9 @@ def parse_args(argv=None):
                     help="CT2 intra_threads (default: the number of --cpus)")
     ap.add_argument("--tf-python", default=sys.executable,
                     help="python with TensorFlow and tfxformer (default: this one)")
-    ap.add_argument("--ct2-python", default="/tmp/venv/ct2/bin/python",
-                    help="python of the CTranslate2 venv (default: %(default)s)")
+    ap.add_argument("--ct2-python", default=os.environ.get("TFXFORMER_CT2_PYTHON"),
+                    help="python of the CTranslate2 venv, for the ct2-* systems (default: "
+                         "$TFXFORMER_CT2_PYTHON)")
     ap.add_argument("--repeats", type=int, default=3,
                     help="timed calls per system and set; the median counts (default: 3)")
     ap.add_argument("--best-precision", choices=["fp32", "bf16"], default="fp32",
@@ -410,6 +412,12 @@ def parse_args(argv=None):
                    "--npz", "--out"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    wants_ct2 = args.role == "drive" and any(s.startswith("ct2") for s in args.systems)
+    if wants_ct2 and not (args.ct2_python and os.access(args.ct2_python, os.X_OK)):
+        ap.error(f"the ct2-* systems need the python of a CTranslate2 venv: --ct2-python or "
+                 f"TFXFORMER_CT2_PYTHON (got {args.ct2_python!r}; make one with `python3.11 -m "
+                 "venv CT2_VENV && CT2_VENV/bin/pip install ctranslate2 sentencepiece numpy "
+                 "sacrebleu`), or leave them out with --systems")
     if args.limit is not None and args.limit < 1:
         ap.error(f"--limit must be >= 1, got {args.limit}.")
     if args.cpus:

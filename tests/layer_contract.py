@@ -1,7 +1,7 @@
 """The contract every public layer keeps, checked by one helper (keras-hub's
 `run_layer_test` idea): build, symbolic and eager call, output shape and dtype, graph
 (tf.function) call, one `fit` step, config and `.keras` round trip, MirroredStrategy; and
-the Keras workflows of issue #12: the symbolic (functional API) output has the eager
+the Keras workflows: the symbolic (functional API) output has the eager
 output's structure, shapes and dtypes, in float32 and under mixed_bfloat16, for every call
 variant (e.g. `return_attention_scores=True`); and a Keras mask (keras.layers.Masking in
 front) is honoured like the explicit mask argument, and passed on."""

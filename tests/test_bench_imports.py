@@ -1,4 +1,5 @@
-"""bench/: no import cycle among the scripts, no private tfxformer name, live patches."""
+"""bench/ and bench/studies/: no import cycle among the scripts, no private tfxformer name,
+live patches."""
 
 import ast
 import importlib
@@ -9,12 +10,16 @@ import numpy as np
 import tensorflow as tf
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "bench")
-SCRIPTS = sorted(f[:-3] for f in os.listdir(BENCH) if f.endswith(".py"))
+STUDIES = os.path.join(BENCH, "studies")
+# Script name -> its file; bench/studies/ scripts import bench/'s modules by name.
+FILES = {f[:-3]: os.path.join(folder, f) for folder in (BENCH, STUDIES)
+         for f in os.listdir(folder) if f.endswith(".py")}
+SCRIPTS = sorted(FILES)
 
 
 def _trees():
     for name in SCRIPTS:
-        with open(os.path.join(BENCH, f"{name}.py")) as f:
+        with open(FILES[name]) as f:
             yield name, ast.parse(f.read())
 
 
@@ -46,7 +51,7 @@ def test_bench_uses_no_private_tfxformer_name():
         for module, names in _imports(tree):
             if module.startswith("tfxformer"):
                 private = [n for n in names if n.startswith("_")]
-                assert not private, f"bench/{name}.py imports {private} from {module}"
+                assert not private, f"{FILES[name]} imports {private} from {module}"
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 aliases |= {a.asname or a.name for a in node.names
@@ -55,7 +60,7 @@ def test_bench_uses_no_private_tfxformer_name():
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                     and node.value.id in aliases and node.attr.startswith("_")
                     and not node.attr.startswith("__")):
-                raise AssertionError(f"bench/{name}.py uses {node.value.id}.{node.attr}")
+                raise AssertionError(f"{FILES[name]} uses {node.value.id}.{node.attr}")
 
 
 def _patches():

@@ -57,6 +57,7 @@ def test_scores_on_newstest2014():
         sacrebleu_scores(["a", "b"], ["a", "b", "c"])
 
 
+@pytest.mark.slow
 def test_bleu_script(tmp_path):
     hyp = tmp_path / "hyp.de"
     with open(NEWSTEST, encoding="utf-8") as f:
@@ -114,6 +115,7 @@ def test_tokenized_bleu_scores_the_text_as_it_is():
         tokenized_bleu(hyps[:1], refs)
 
 
+@pytest.mark.slow
 def test_literature_setup_writes_the_datasets_tokenized_text(tmp_path):
     """bench/literature_setup.py: references copied from tok/, training text tokenised
     the same way (lowercased, normalised, escaped)."""

@@ -6,6 +6,7 @@ import logging
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import shared_data
 
 from tfxformer.data import (
     BOS_ID,
@@ -22,11 +23,9 @@ from tfxformer.data import (
     train_tokenizer,
 )
 
-MULTI30K = "/work/shared/data/multi30k"
-
 
 def _lines(split: str, lang: str, n: int) -> list[str]:
-    return list(itertools.islice(iter_lines(f"{MULTI30K}/{split}.{lang}"), n))
+    return list(itertools.islice(iter_lines(shared_data("multi30k", f"{split}.{lang}")), n))
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,9 @@ import os
 
 import pytest
 import tensorflow_datasets as tfds
+from conftest import shared_data
 
 from tfxformer.data import check_aligned, iter_lines, load_corpus, load_text_folder, load_wmt14
-
-MULTI30K = "/work/shared/data/multi30k"
 
 
 def _write(folder, name: str, lines: list[str]) -> str:
@@ -31,14 +30,14 @@ def _dataset_pairs(split) -> list[tuple[str, str]]:
 
 
 def test_multi30k_folder_splits_counts_and_direction():
-    corpus = load_corpus(MULTI30K, src="en", tgt="de")
+    corpus = load_corpus(shared_data("multi30k"), src="en", tgt="de")
     assert corpus.train.num_examples == 29_000 and corpus.val.num_examples == 1_014
     assert corpus.test_names == ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco",
                                  "test_2018_flickr"]
     en, de = corpus["test_2017_mscoco"].lists()
     assert len(en) == len(de) == 461
     assert _dataset_pairs(corpus["test_2017_mscoco"]) == list(zip(en, de, strict=True))
-    reverse = load_text_folder(MULTI30K, src="de", tgt="en")
+    reverse = load_text_folder(shared_data("multi30k"), src="de", tgt="en")
     assert reverse["test_2017_mscoco"].lists() == (de, en)
     with pytest.raises(KeyError, match="available: .*'test_2016_flickr'"):
         corpus["test"]
@@ -123,9 +122,9 @@ def test_absurdly_long_line_is_read(tmp_path):
 
 def test_bad_language_codes(tmp_path):
     with pytest.raises(ValueError, match="both 'en'"):
-        load_text_folder(MULTI30K, src="en", tgt="en")
+        load_text_folder(shared_data("multi30k"), src="en", tgt="en")
     with pytest.raises(ValueError, match=r"Language code 'e\.n'"):
-        load_text_folder(MULTI30K, src="e.n", tgt="de")
+        load_text_folder(shared_data("multi30k"), src="e.n", tgt="de")
     with pytest.raises(ValueError, match="languages 'de' and 'en'; got src='fr'"):
         load_wmt14(src="fr", tgt="en")
 

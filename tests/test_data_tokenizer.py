@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
+from conftest import shared_data
 
 from tfxformer.data import (
     BOS_ID,
@@ -22,13 +23,12 @@ from tfxformer.data import (
     train_tokenizer,
 )
 
-MULTI30K = "/work/shared/data/multi30k"
 VOCAB_SIZE = 500
 
 
 def _train_lines(n: int) -> list[str]:
-    en = itertools.islice(iter_lines(f"{MULTI30K}/train.en"), n)
-    de = itertools.islice(iter_lines(f"{MULTI30K}/train.de"), n)
+    en = itertools.islice(iter_lines(shared_data("multi30k", "train.en")), n)
+    de = itertools.islice(iter_lines(shared_data("multi30k", "train.de")), n)
     return [line for pair in zip(en, de, strict=True) for line in pair]
 
 
@@ -57,7 +57,7 @@ def test_special_ids_are_pad_unk_bos_eos(tokenizer):
 def test_round_trip_on_unseen_multi30k_lines(tokenizer):
     lines = []
     for lang in ("en", "de"):
-        lines += list(itertools.islice(iter_lines(f"{MULTI30K}/val.{lang}"), 300))
+        lines += list(itertools.islice(iter_lines(shared_data("multi30k", f"val.{lang}")), 300))
     assert sum(any(c in line for c in "äöüÄÖÜß") for line in lines) > 50
     ids = tokenizer.tokenize(lines)
     assert ids.dtype == tf.int32

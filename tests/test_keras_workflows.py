@@ -1,4 +1,4 @@
-"""Keras workflows as a Keras user hits them (issue #12 items 4–6): sample weights in the
+"""Keras workflows as a Keras user hits them: sample weights in the
 loss, `model.quantize("int8")` -> `.keras` save -> load, `model.export` with int32 ids."""
 
 import keras

@@ -15,6 +15,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 from test_reliability import (
     TRAIN_WMT,
     checkpoint_state,
@@ -24,6 +25,8 @@ from test_reliability import (
     tiny_corpus,
     train_wmt,
 )
+
+pytestmark = pytest.mark.slow  # spawns two training processes
 
 STEPS = 8
 TIMEOUT_S = 300  # start-up of two processes sharing two busy cores, then training

@@ -118,6 +118,7 @@ def trained(corpus, tmp_path_factory):
     return model_dir
 
 
+@pytest.mark.slow
 def test_a_nonfinite_step_is_skipped_and_named(corpus, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(NONFINITE_FAULT_ENV, "3,5")
     model_dir = str(tmp_path / "run")
@@ -131,6 +132,7 @@ def test_a_nonfinite_step_is_skipped_and_named(corpus, tmp_path, monkeypatch, ca
     assert checkpoint_state(model_dir) == ("ckpt-6", ["ckpt-2", "ckpt-4", "ckpt-6"])
 
 
+@pytest.mark.slow
 def test_a_nonfinite_step_stops_keeping_the_last_good_checkpoint(corpus, tmp_path,
                                                                 monkeypatch, capsys):
     monkeypatch.setenv(NONFINITE_FAULT_ENV, "5")
@@ -182,6 +184,7 @@ BROKEN_RUN_DIRS = {  # name: (damage, file named in the error, phrase of the err
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BROKEN_RUN_DIRS))
 def test_a_broken_run_dir_is_refused_naming_the_file(case, corpus, trained, tmp_path, capsys):
     model_dir = str(tmp_path / "run")
@@ -194,6 +197,7 @@ def test_a_broken_run_dir_is_refused_naming_the_file(case, corpus, trained, tmp_
     assert os.path.join(model_dir, file) in err and phrase in err, err
 
 
+@pytest.mark.slow
 def test_a_different_preset_is_refused_naming_the_settings(corpus, trained, capsys):
     status, err = run_main(capsys, script_args(corpus, trained, 6, preset="small"))
     assert status == 2
@@ -201,6 +205,7 @@ def test_a_different_preset_is_refused_naming_the_settings(corpus, trained, caps
     assert "model.num_layers: 2 in the run dir, 3 now" in err
 
 
+@pytest.mark.slow
 def test_deleted_latest_checkpoint_resumes_from_the_previous_one(corpus, trained, tmp_path,
                                                                 capsys):
     """What the errors above advise: delete the broken checkpoint's files, rerun."""
@@ -219,6 +224,7 @@ def test_deleted_latest_checkpoint_resumes_from_the_previous_one(corpus, trained
     assert checkpoint_state(model_dir)[0] == "ckpt-6"
 
 
+@pytest.mark.slow
 def test_a_checkpoint_no_state_file_names_is_neither_resumed_nor_loaded(corpus, trained,
                                                                         tmp_path, capsys):
     """Complete files of ckpt-9 (a save cut short before the state file named it): resume,
@@ -240,6 +246,7 @@ def test_a_checkpoint_no_state_file_names_is_neither_resumed_nor_loaded(corpus, 
     assert checkpoint_state(model_dir) == ("ckpt-6", ["ckpt-2", "ckpt-4", "ckpt-6"])
 
 
+@pytest.mark.slow
 def test_averaging_leaves_out_listed_checkpoints_whose_files_are_gone(trained, tmp_path):
     """A kill while old checkpoints are deleted leaves them listed in the state file."""
     model_dir = str(tmp_path / "run")
@@ -291,6 +298,7 @@ def test_bad_data_is_refused_naming_the_file(case, tmp_path, capsys):
         assert phrase in err, err
 
 
+@pytest.mark.slow
 def test_absurdly_long_lines_are_counted_and_skipped(corpus, tmp_path, capsys):
     data = str(tmp_path / "data")
     shutil.copytree(corpus, data)
@@ -309,6 +317,7 @@ def test_absurdly_long_lines_are_counted_and_skipped(corpus, tmp_path, capsys):
            f"{clean.kept}" in log
 
 
+@pytest.mark.slow
 def test_no_usable_pair_is_an_error_not_a_hang(corpus, tmp_path):
     """Every pair longer than --max-length: tf.data would filter forever; it must fail."""
     result = subprocess.run(

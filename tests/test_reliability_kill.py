@@ -16,6 +16,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 from test_reliability import (
     KILL_AT_SAVE_ENV,
     TRAIN_WMT,
@@ -27,6 +28,8 @@ from test_reliability import (
     tiny_corpus,
     train_wmt,
 )
+
+pytestmark = pytest.mark.slow  # kills and restarts training processes
 
 STEPS, KEEP = 30, 3
 PROCESS_TIMEOUT_S = 240

@@ -214,6 +214,7 @@ def fresh_process(export_dir):
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_fresh_process_gives_the_in_process_strings(fresh_process, translator):
     assert not fresh_process["tfxformer_loaded"]
     expected = translator(tf.constant(ROBUST_INPUTS))
@@ -228,6 +229,7 @@ def test_fresh_process_gives_the_in_process_strings(fresh_process, translator):
                                             for i in range(len(ROBUST_INPUTS))]
 
 
+@pytest.mark.slow
 def test_graph_uses_only_core_and_tensorflow_text_ops(fresh_process):
     assert fresh_process["unknown"] == []
     assert {"SentencepieceOp", "SentencepieceTokenizeOp"} <= set(fresh_process["text"])
@@ -235,6 +237,7 @@ def test_graph_uses_only_core_and_tensorflow_text_ops(fresh_process):
     assert {"While", "TopKV2", "UnicodeTranscode"} <= set(fresh_process["core"])
 
 
+@pytest.mark.slow
 def test_saved_model_cli_show_and_run(export_dir):
     version = os.path.join(export_dir, "1")
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
@@ -244,7 +247,7 @@ def test_saved_model_cli_show_and_run(export_dir):
                      "signature_def['translate_with_options']", "inputs['beam_size']",
                      "inputs['alpha']", "inputs['extra_length']"):
         assert expected in shown, expected
-    # `run` needs the tensorflow-text ops registered first (README "Serving").
+    # `run` needs the tensorflow-text ops registered first (docs/serving.md).
     run_cli = ("import sys, tensorflow_text; from tensorflow.python.tools.saved_model_cli "
                "import main; sys.argv[0] = 'saved_model_cli'; sys.exit(main())")
     ran = _run([sys.executable, "-c", run_cli, "run", "--dir", version, "--tag_set", "serve",
@@ -261,6 +264,7 @@ def load_script(name):
     return module
 
 
+@pytest.mark.slow
 def test_translate_script_end_to_end(export_dir, translator):
     """stdin -> stdout through the export; equal to the same batches translated here."""
     lines = [b"A dog runs.", b"", b"\xff\xfe bad bytes", "😀 日本語".encode(), b"Two men."] * 3
@@ -419,6 +423,7 @@ REPLAY = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_warmup_records_replay_in_a_fresh_process(export_dir):
     from tfxformer.serving.warmup import BATCHABLE_SIGNATURES, LONG_TEXT, SHORT_TEXT
 

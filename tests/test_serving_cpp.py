@@ -20,6 +20,8 @@ from tfxformer import Transformer
 from tfxformer.serving import Translator, export_translator
 from tfxformer.serving.warmup import read_warmup_records, signature_inputs
 
+pytestmark = pytest.mark.slow  # compiles and runs a C++ program
+
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp", "serve_saved_model.cc")
 TF_DIR = os.path.dirname(tf.__file__)
 OP_LIBRARY = os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops",

@@ -85,6 +85,7 @@ def test_a_config_of_either_position_argument_name_loads(run_dir, tmp_path):
     assert loaded.model_config == trained.model_config
 
 
+@pytest.mark.slow
 def test_bf16_run_dir_export_computes_in_bfloat16_with_the_same_weights(run_dir, tmp_path):
     path, trained = run_dir
     model, _, _ = load_model(path, precision="bf16")
@@ -101,6 +102,7 @@ def test_bf16_run_dir_export_computes_in_bfloat16_with_the_same_weights(run_dir,
         load_model(path, precision="int4")
 
 
+@pytest.mark.slow
 def test_evaluate_script_scores_a_run_dir_in_bf16(run_dir, tmp_path, capsys):
     data = tmp_path / "data"
     data.mkdir()
@@ -152,6 +154,7 @@ def test_a_checkpoint_of_another_model_is_refused(run_dir, tmp_path):
         load_model(str(tmp_path), checkpoint=os.path.join(path, "checkpoints", "ckpt-3"))
 
 
+@pytest.mark.slow
 def test_run_dir_export_and_translate_script_agree(run_dir, tmp_path):
     path, _ = run_dir
     model, _, spm_bytes = load_model(path)
@@ -376,6 +379,7 @@ def test_export_script_help_explains_every_flag(capsys):
         assert action.help, action.option_strings
 
 
+@pytest.mark.slow
 def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_path):
     """Limits from the flags land in the config asset; re-exporting a version's variables
     without flags keeps its decoding options and gives a new version that translates the

@@ -14,7 +14,7 @@ from tfxformer.serving import resolve_model_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(SHARED_DATA, "multi30k")
-MAX_BYTES = 30_000_000  # the limit for each binary the repository carries
+MAX_BYTES = 30_000_000  # the limit for each binary the repository carries
 # (export dir, target language, sacreBLEU floor on the first 100 test_2016 sentences: the
 # full sets score in the README tables; a broken or untrained model scores below 5)
 SHIPPED = {"multi30k_en_de": ("de", 30), "multi30k_en_fr": ("fr", 45)}

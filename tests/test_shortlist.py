@@ -335,6 +335,7 @@ def test_export_holds_the_table_apart_from_the_model_variables(shortlist_export,
                                   translators[1].model.weights[0].numpy())
 
 
+@pytest.mark.slow
 def test_exported_shortlist_runs_in_a_fresh_tensorflow_process(shortlist_export, translators):
     """Only core and tensorflow-text ops; the session loader (as TF Serving) gives the
     in-process strings."""
@@ -379,6 +380,7 @@ def run_dir_with_data(spm_model, tmp_path_factory):
     return str(run), str(data)
 
 
+@pytest.mark.slow
 def test_export_script_builds_the_shortlist_from_the_run_data(run_dir_with_data, tmp_path):
     run, data = run_dir_with_data
     main = load_script("export").main

@@ -192,6 +192,7 @@ def test_ids_are_uint16_while_the_vocabulary_fits(corpus, tokenizer, tmp_path):
                                       tokenizer.tokenize(targets[index]).numpy())
 
 
+@pytest.mark.slow
 def test_train_wmt_with_and_without_the_cache_trains_alike(tmp_path, capsys):
     """The real path: the same weights and loss with --token-cache (the default) and
     --no-token-cache; the cache's counts are logged as the length check's; a rerun reuses

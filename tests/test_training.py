@@ -58,6 +58,7 @@ def corpus(tmp_path_factory):
     return _small_corpus(tmp_path_factory.mktemp("corpus"))
 
 
+@pytest.mark.slow
 def test_train_on_real_text_lowers_the_loss_with_two_replicas(corpus, tmp_path):
     first = train_and_evaluate(_config(corpus, tmp_path / "run", 10, eval_every=10))
     later = train_and_evaluate(_config(corpus, tmp_path / "run", 40, eval_every=40,
@@ -84,6 +85,7 @@ def test_train_on_real_text_lowers_the_loss_with_two_replicas(corpus, tmp_path):
     assert os.path.exists(tmp_path / "run" / "spm.model")
 
 
+@pytest.mark.slow
 def test_stop_and_resume_equals_a_straight_run(corpus, tmp_path):
     straight = tmp_path / "straight"
     train_and_evaluate(_config(corpus, straight, 40, deterministic=True))

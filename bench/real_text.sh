@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# tfxformer against CTranslate2 on the same weights, on a quiet machine, one run at a time
+# (~30 min on a 2-core machine):
+#   1. the bench workload (base, random weights, 64 x 24, beam 4, 32 steps), alternating
+#      tfxformer and CTranslate2, twice: fp32 vs ct2 float32, --best vs ct2 int8
+#      (its default ISA, AVX-512 forced, and with a vocabulary map of the shortlist's size);
+#   2. real text: bench/translate_real.py on test_2016_flickr and newstest2014 (shipped
+#      fp32, best = re-export + shortlist, ct2 float32, ct2 int8) on all cores, and on
+#      test_2016_flickr pinned to core 0 (one thread each);
+#   3. XLA on real text (bench/studies/xla_real.py) and the memory breakdown
+#      (bench/decode_memory.py).
+# Logs: bench/results/real_text/<name>.log (each ends with its JSON line(s)); `uptime`
+# before every run goes to bench/results/real_text/load.log.
+#   bash bench/real_text.sh            # everything
+#   bash bench/real_text.sh 'decode'   # only runs whose name matches the regex
+# Environments: PY = the project's python (default: python), TFXFORMER_CT2_PYTHON = the
+# python of a CTranslate2 venv (required; see bench/translate_real.py's docstring).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export TF_CPP_MIN_LOG_LEVEL=3 PYTHONPATH=$PWD
+PY=${PY:-python}
+CT2PY=${TFXFORMER_CT2_PYTHON:-}
+if [ -z "$CT2PY" ] || [ ! -x "$CT2PY" ]; then
+  echo "real_text.sh: set TFXFORMER_CT2_PYTHON to the python of a CTranslate2 venv" \
+       "(got '${CT2PY}'; see bench/translate_real.py's docstring)" >&2
+  exit 2
+fi
+SHORTLIST=${SHORTLIST:-20,1000}
+out=bench/results/real_text
+only="${1:-.}"
+mkdir -p "$out"
+
+run() {  # run NAME COMMAND...
+  local name=$1; shift
+  [[ "$name" =~ $only ]] || return 0
+  echo "$(date -u +%H:%M:%S) $name: $(uptime)" | tee -a "$out/load.log"
+  "$@" 2>&1 | grep -v -E '^(I0000|W0000|E0000|WARNING: All log messages)' \
+    > "$out/$name.log"
+  tail -1 "$out/$name.log" | cut -c1-300
+}
+
+for pass in 1 2; do
+  run "decode_fp32_$pass"         "$PY" bench/decode_speed.py --repeats 5
+  run "ct2_float32_$pass"         "$CT2PY" bench/ct2_peer.py --compute-type float32
+  run "decode_best_$pass"         "$PY" bench/decode_speed.py --repeats 5 --best
+  run "ct2_int8_$pass"            "$CT2PY" bench/ct2_peer.py --compute-type int8
+  run "ct2_int8_vmap_$pass"       "$CT2PY" bench/ct2_peer.py --compute-type int8 \
+                                       --vmap-size 4547   # = decode_speed's BEST_SHORTLIST_SIZE
+  run "ct2_int8_avx512_$pass"     env CT2_FORCE_CPU_ISA=AVX512 "$CT2PY" bench/ct2_peer.py \
+                                       --compute-type int8
+done
+run translate_real "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats 3 \
+    --sets test_2016_flickr newstest2014 \
+    --systems tfxformer-fp32 tfxformer-best ct2-float32 ct2-int8 --best-shortlist "$SHORTLIST"
+run translate_real_1core "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats 3 \
+    --sets test_2016_flickr --cpus 0 \
+    --systems tfxformer-fp32 tfxformer-best ct2-float32 ct2-int8 --best-shortlist "$SHORTLIST"
+run xla_real       "$PY" bench/studies/xla_real.py --limit 320 --repeats 3
+run decode_memory_fp32 "$PY" bench/decode_memory.py
+run decode_memory_best "$PY" bench/decode_memory.py --best
+echo "$(date -u +%H:%M:%S) end: $(uptime)" | tee -a "$out/load.log"

@@ -1,0 +1,106 @@
+"""The documentation runs as written: the README's Python examples, every script flag the
+docs name, and every training setting listed in docs/training.md."""
+
+import contextlib
+import dataclasses
+import glob
+import io
+import os
+import re
+import runpy
+import sys
+import textwrap
+
+import pytest
+
+from tfxformer.training import TrainConfig
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+DOCS = sorted([os.path.join(ROOT, "README.md"), os.path.join(ROOT, "bench", "README.md"),
+               os.path.join(ROOT, "saved_models", "README.md"),
+               *glob.glob(os.path.join(ROOT, "docs", "*.md")),
+               *glob.glob(os.path.join(ROOT, "saved_models", "*", "README.md"))])
+# `python scripts/NAME.py ...` or `python bench/NAME.py ...` up to the end of the command.
+COMMAND = re.compile(r"python (?P<script>(?:scripts|bench)/[a-z0-9_/]+\.py)(?P<args>[^`|<>;&#\n]*)")
+# Scripts whose --help needs more than the project venv (CTranslate2's own venv).
+OTHER_VENV = {"bench/ct2_peer.py"}
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _python_blocks(text):
+    """The ```python blocks of `text`, dedented (a block may sit in a list item)."""
+    return [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", text, re.S)]
+
+
+def _commands(text):
+    """(script, flags) of every documented command; backslash continuations joined."""
+    text = re.sub(r"\\\n\s*", " ", text)
+    for match in COMMAND.finditer(text):
+        flags = {a.split("=", 1)[0] for a in match["args"].split() if a.startswith("--")}
+        yield match["script"], flags
+
+
+def _help(script):
+    """The --help text of `script`, run in this process (as `python SCRIPT --help`)."""
+    out, argv, path = io.StringIO(), sys.argv, list(sys.path)
+    sys.argv = [script, "--help"]
+    sys.path.insert(0, os.path.dirname(os.path.join(ROOT, script)))
+    try:
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
+            runpy.run_path(os.path.join(ROOT, script), run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = argv, path
+    assert exit_.value.code in (0, None), f"{script} --help exited with {exit_.value.code}"
+    return out.getvalue()
+
+
+README_BLOCKS = _python_blocks(_read(os.path.join(ROOT, "README.md")))
+
+
+def test_readme_has_python_examples():
+    assert len(README_BLOCKS) >= 2
+
+
+@pytest.mark.parametrize("index", range(len(README_BLOCKS)))
+def test_readme_python_example_runs(index, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)  # the examples name repository paths (saved_models/...)
+    exec(compile(README_BLOCKS[index], f"README.md python block {index}", "exec"), {})
+
+
+def test_documented_commands_name_real_flags():
+    wanted = {}
+    for path in DOCS:
+        for script, flags in _commands(_read(path)):
+            wanted.setdefault(script, {}).update({f: os.path.relpath(path, ROOT) for f in flags})
+    assert "scripts/train_wmt.py" in wanted and "scripts/export.py" in wanted
+    bad = []
+    for script, flags in sorted(wanted.items()):
+        assert os.path.isfile(os.path.join(ROOT, script)), f"{script} (named in the docs) is gone"
+        flags.pop("--help", None)
+        if script in OTHER_VENV or not flags:
+            continue
+        text = _help(script)
+        bad += [f"{doc}: {script} {flag}" for flag, doc in sorted(flags.items())
+                if not re.search(rf"{re.escape(flag)}\b(?!-)", text)]
+    assert not bad, "flags the docs name that --help does not list:\n" + "\n".join(bad)
+
+
+def test_training_page_lists_every_setting():
+    page = _read(os.path.join(ROOT, "docs", "training.md"))
+    missing = [f.name for f in dataclasses.fields(TrainConfig)
+               if f"--{f.name.replace('_', '-')}" not in page]
+    assert not missing, f"docs/training.md does not mention: {missing}"
+
+
+def test_relative_links_point_at_files():
+    broken = []
+    for path in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _read(path)):
+            if not re.match(r"[a-z]+://", target) and not os.path.exists(
+                    os.path.join(os.path.dirname(path), target)):
+                broken.append(f"{os.path.relpath(path, ROOT)}: {target}")
+    assert not broken, "links to missing files:\n" + "\n".join(broken)
