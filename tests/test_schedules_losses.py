@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from conftest import strategy_over
 
-from tfxformer.losses import LabelSmoothedCrossEntropy
+from tfxformer.losses import LabelSmoothedCrossEntropy, r_drop_label_smoothed_nll
 from tfxformer.metrics import MaskedTokenAccuracy
 from tfxformer.schedules import TransformerSchedule, paper_adam
 
@@ -82,3 +82,31 @@ def test_masked_token_accuracy():
     metric.update_state(tf.constant([[1, 2, 0]]), tf.one_hot([[1, 3, 3]], 4))
     metric.update_state(tf.constant([[3, 0, 0]]), tf.one_hot([[3, 0, 0]], 4))
     assert float(metric.result()) == pytest.approx(2 / 3)
+
+
+def test_r_drop_loss_equals_the_formula_on_a_toy_batch():
+    """Half the paper's loss: (NLL_a + NLL_b) / 2 + α (KL(a||b) + KL(b||a)) / 4, real tokens."""
+    labels = np.array([[1, 2, 0]])
+    rng = np.random.default_rng(0)
+    logits_a, logits_b = rng.normal(size=(2, 1, 3, 4)).astype("float32")
+    eps, alpha = 0.1, 5.0
+
+    def log_softmax(x):
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+    la, lb = log_softmax(logits_a[0]), log_softmax(logits_b[0])
+    expected = 0.0
+    for t in range(2):  # the third token is padding
+        nll = [-(1 - eps) * lp[t, labels[0, t]] - eps * lp[t].mean() for lp in (la, lb)]
+        kl_ab = (np.exp(la[t]) * (la[t] - lb[t])).sum()
+        kl_ba = (np.exp(lb[t]) * (lb[t] - la[t])).sum()
+        expected += (nll[0] + nll[1]) / 2 + alpha * (kl_ab + kl_ba) / 4
+    total, tokens = r_drop_label_smoothed_nll(labels, logits_a, logits_b, eps, alpha)
+    assert float(tokens) == 2.0
+    assert float(total) == pytest.approx(expected, rel=1e-5)
+    # alpha 0 and equal passes: the ordinary summed loss
+    plain = LabelSmoothedCrossEntropy(eps, reduction="sum")(labels, logits_a)
+    same, _ = r_drop_label_smoothed_nll(labels, logits_a, logits_a, eps, 0.0)
+    assert float(same) == pytest.approx(float(plain), rel=1e-6)
+    # identical passes have no KL, whatever alpha
+    same_kl, _ = r_drop_label_smoothed_nll(labels, logits_a, logits_a, eps, alpha)
+    assert float(same_kl) == pytest.approx(float(plain), rel=1e-6)

@@ -190,3 +190,34 @@ def test_fused_loss_needs_a_tied_projection():
         optimizer = keras.optimizers.SGD(0.1)
     with pytest.raises(ValueError, match="fused_loss=True needs a tfxformer Transformer"):
         Trainer(model, optimizer, strategy)
+
+
+def _r_drop_trainer(strategy, r_drop, dropout):
+    with strategy.scope():
+        keras.utils.set_random_seed(1)
+        model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=dropout)
+        model.build()
+        optimizer = keras.optimizers.SGD(0.5)
+    return Trainer(model, optimizer, strategy, label_smoothing=0.1, r_drop=r_drop)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_r_drop_without_dropout_is_the_plain_loss(replicas):
+    """Two passes without dropout are equal: no KL, the mean of two equal losses."""
+    strategy = strategy_over(replicas)
+    plain_loss, plain_grads = _trainer(strategy, fused=False).gradients(BATCH)
+    loss, grads = _r_drop_trainer(strategy, 5.0, dropout=0.0).gradients(BATCH)
+    assert float(loss) == pytest.approx(float(plain_loss), rel=1e-5)
+    for got, want in zip(grads, plain_grads, strict=True):
+        np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(),
+                                   tf.convert_to_tensor(want).numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_r_drop_adds_the_kl_of_two_dropout_passes():
+    """Same seed, same dropout masks: alpha 4 adds KL / tokens to the loss of alpha ~0."""
+    strategy = strategy_over(1)
+    small, _ = _r_drop_trainer(strategy, 1e-12, dropout=0.3).gradients(BATCH)
+    large, _ = _r_drop_trainer(strategy, 4.0, dropout=0.3).gradients(BATCH)
+    assert float(large) > float(small) + 1e-4
+    with pytest.raises(ValueError, match="r_drop must be >= 0, got -1"):
+        _r_drop_trainer(strategy, -1.0, dropout=0.0)

@@ -45,6 +45,36 @@ def label_smoothed_nll(labels, logits, label_smoothing=0.1):
     return tf.reduce_sum(per_token), tf.reduce_sum(mask)
 
 
+def r_drop_label_smoothed_nll(labels, logits_a, logits_b, label_smoothing=0.1, alpha=0.0):
+    """R-Drop (Liang et al., 2021): the label-smoothed NLL of two dropout passes of the same
+    batch and a symmetric KL term that pulls their predictions together.
+
+    The paper's per-token loss is `NLL_a + NLL_b + alpha * (KL(P_a||P_b) + KL(P_b||P_a)) / 2`;
+    this is half of it, `(NLL_a + NLL_b) / 2 + alpha * (KL(P_a||P_b) + KL(P_b||P_a)) / 4`,
+    so that at alpha = 0 it is the mean of two ordinary losses (the logged loss stays
+    comparable) with the paper's balance between the two terms (Adam's updates do not
+    change with a constant factor on the loss). The KL term is in float32 over the whole
+    vocabulary and counts real (non-pad) target tokens only.
+
+    Args:
+        labels: (B, T) integer ids, pad id 0 ignored.
+        logits_a, logits_b: (B, T, V) logits of two passes with independent dropout.
+        label_smoothing: ε_ls of both NLL terms.
+        alpha: weight of the KL term (the paper's α; 0 = no R-Drop term).
+
+    Returns:
+        (loss_sum, token_count): float32 scalars over this batch (this replica).
+    """
+    nll_a, mask = label_smoothed_per_token(labels, logits_a, label_smoothing)
+    nll_b, _ = label_smoothed_per_token(labels, logits_b, label_smoothing)
+    log_a = tf.nn.log_softmax(tf.cast(logits_a, tf.float32), axis=-1)
+    log_b = tf.nn.log_softmax(tf.cast(logits_b, tf.float32), axis=-1)
+    # KL(a||b) + KL(b||a) = sum_v (p_a - p_b) (log p_a - log p_b)
+    symmetric_kl = tf.reduce_sum((tf.exp(log_a) - tf.exp(log_b)) * (log_a - log_b), axis=-1)
+    per_token = 0.5 * (nll_a + nll_b) + 0.25 * float(alpha) * symmetric_kl * mask
+    return tf.reduce_sum(per_token), tf.reduce_sum(mask)
+
+
 # Logits per chunk of the fused loss: 2^25 float32 = 128 MiB (1,048 rows at V = 32,000).
 FUSED_CHUNK_ELEMENTS = 2 ** 25
 

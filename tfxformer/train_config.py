@@ -66,6 +66,10 @@ class TrainConfig:
     warmup_steps: int = _setting(4_000, "linear warmup of the learning rate (paper: 4000)")
     lr_scale: float = _setting(1.0, "factor on the paper's learning-rate schedule")
     label_smoothing: float = _setting(0.1, "label smoothing epsilon (paper: 0.1)")
+    r_drop: float = _setting(0.0, "R-Drop alpha (Liang et al., 2021; not in the paper): each "
+                             "batch runs through the model twice with independent dropout "
+                             "and the loss adds alpha times their symmetric KL divergence. "
+                             "Twice the compute per update; 0 = off")
     checkpoint_every: int = _setting(1_000, "save a checkpoint ckpt-<step> every this many "
                                      "updates")
     keep_checkpoints: int = _setting(20, "checkpoints kept on disk")
@@ -116,7 +120,7 @@ class TrainConfig:
             choices = setting(name).metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ValueError(f"`{name}` {getattr(self, name)!r} not in {choices}.")
-        for name in ("average_last", "eval_every", "eval_sentences"):
+        for name in ("average_last", "eval_every", "eval_sentences", "r_drop"):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
         if self.max_positions is not None and self.max_positions < self.max_length:

@@ -29,7 +29,12 @@ import keras
 import tensorflow as tf
 
 from tfxformer.ids import PAD_ID
-from tfxformer.losses import FUSED_CHUNK_ELEMENTS, fused_label_smoothed_nll, label_smoothed_nll
+from tfxformer.losses import (
+    FUSED_CHUNK_ELEMENTS,
+    fused_label_smoothed_nll,
+    label_smoothed_nll,
+    r_drop_label_smoothed_nll,
+)
 
 SUM = tf.distribute.ReduceOp.SUM
 _IDS = tf.TensorSpec([None, None], tf.int32)
@@ -57,6 +62,11 @@ class Trainer:
             (B, T, V) logits: the same loss and gradients as the loss on the logits
             (False), at a lower peak memory (bench/README.md, "Training memory"). With
             jit_compile the rows are one chunk (XLA plans the buffers).
+        r_drop: R-Drop's α (:func:`tfxformer.losses.r_drop_label_smoothed_nll`): each
+            replica batch runs twice (as one batch of twice the rows, each copy with its
+            own dropout masks) and the loss adds the symmetric KL between the two passes'
+            predictions; 0 (default) = the paper's loss. Needs the full logits: R-Drop
+            steps do not use the fused loss.
 
     Batches are GLOBAL batches `((source_ids, decoder_input_ids), labels)` as
     tfxformer.data makes them. :meth:`feed` wraps a plain (checkpointable) tf.data iterator
@@ -67,7 +77,7 @@ class Trainer:
 
     def __init__(self, model, optimizer, strategy, label_smoothing=0.1, accumulation_steps=1,
                  jit_compile=False, halt_after_nonfinite=None, nonfinite_fault_steps=(),
-                 fused_loss=True):
+                 fused_loss=True, r_drop=0.0):
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}.")
         if halt_after_nonfinite is not None and halt_after_nonfinite < 1:
@@ -76,7 +86,10 @@ class Trainer:
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
         self.label_smoothing = float(label_smoothing)
         self.accumulation_steps = int(accumulation_steps)
-        self.fused_loss = bool(fused_loss)
+        if float(r_drop) < 0:
+            raise ValueError(f"r_drop must be >= 0, got {r_drop}.")
+        self.r_drop = float(r_drop)
+        self.fused_loss = bool(fused_loss) and not self.r_drop
         # XLA: one chunk, no loop (see fused_label_smoothed_nll's chunk_elements).
         self._chunk_elements = None if jit_compile else FUSED_CHUNK_ELEMENTS
         if self.fused_loss and not _has_tied_projection(model):
@@ -128,12 +141,22 @@ class Trainer:
                     self.label_smoothing, self._chunk_elements)
                 loss = scaled / scale
             else:
-                logits = self.model((source, decoder_input), training=True)
-                loss_sum, _ = label_smoothed_nll(labels, logits, self.label_smoothing)
+                loss_sum = self._loss_sum_on_logits(source, decoder_input, labels)
                 loss = loss_sum / tf.maximum(global_tokens, 1.0) * poison
                 scaled = self.optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, variables)
         return loss, grads
+
+    def _loss_sum_on_logits(self, source, decoder_input, labels):
+        """Summed label-smoothed NLL on the model's logits; with R-Drop, of two passes."""
+        if not self.r_drop:
+            logits = self.model((source, decoder_input), training=True)
+            return label_smoothed_nll(labels, logits, self.label_smoothing)[0]
+        twice = self.model((tf.concat([source, source], 0),
+                            tf.concat([decoder_input, decoder_input], 0)), training=True)
+        logits_a, logits_b = tf.split(twice, 2, axis=0)
+        return r_drop_label_smoothed_nll(labels, logits_a, logits_b, self.label_smoothing,
+                                         self.r_drop)[0]
 
     def _replica_accumulate(self, batch, global_tokens, poison, accumulated):
         loss, grads = self._grad_fn(batch, global_tokens, poison)

@@ -109,7 +109,8 @@ def build_training(config: TrainConfig, strategy, nonfinite_fault_steps=()):
     halt = 1 if config.on_nonfinite == "stop" else MAX_CONSECUTIVE_NONFINITE
     trainer = Trainer(model, optimizer, strategy, config.label_smoothing,
                       config.accumulation_steps, jit_compile=config.xla,
-                      halt_after_nonfinite=halt, nonfinite_fault_steps=nonfinite_fault_steps)
+                      halt_after_nonfinite=halt, nonfinite_fault_steps=nonfinite_fault_steps,
+                      r_drop=config.r_drop)
     return model, optimizer, trainer
 
 
