@@ -9,14 +9,17 @@ no read per step). Then
 
     host_ms_per_step = loop_ms_per_step - compute_ms_per_step     (fastest of --repeats each)
 
-Batches cycle through three lengths (like length buckets), so the trace count shows
-whether the step is traced once per run. The "before" figures in
+The loop runs with each `--steps-per-loop` N given (updates per `tf.function` call,
+batches read inside the graph; `TrainConfig.steps_per_loop`); `host_ms_per_step` is the
+figure of the default N, `host_ms_per_step_by_n` has them all. Batches cycle through three
+lengths (like length buckets), so the trace count shows whether the step is traced once
+per run. The "before" figures in
 bench/results/step_overhead_before.log were taken with an earlier version of this script
 on the code before issue 16 (commit 3aec258, per-step host reads).
 
-    PYTHONPATH=$PWD nice -n 10 python bench/step_overhead.py --steps 600
+    PYTHONPATH=$PWD taskset -c 0 python bench/step_overhead.py --steps 600
 
-Last line: JSON with host_ms_per_step.
+Last line: JSON with host_ms_per_step (the default steps_per_loop's).
 """
 
 from __future__ import annotations
@@ -72,11 +75,12 @@ def _trainer(strategy):
     return Trainer(model, optimizer, strategy)
 
 
-def _loop_ms(trainer, iterator, steps: int, log_every: int, start: int) -> float:
+def _loop_ms(trainer, iterator, steps: int, log_every: int, start: int,
+             steps_per_loop: int) -> float:
     """Wall ms per update of the real training loop from update `start`."""
     config = training.TrainConfig(model_dir=tempfile.mkdtemp(), train_steps=start + steps,
                                   log_every=log_every, checkpoint_every=10 ** 9,
-                                  eval_every=0)
+                                  eval_every=0, steps_per_loop=steps_per_loop)
     began = time.perf_counter()
     training.train_loop(config, trainer, iterator, _NoSave(), tf.summary.create_noop_writer(),
                          start, lambda: {})
@@ -102,38 +106,46 @@ def _compute_ms(trainer, iterator, steps: int) -> float:
 
 
 def main(argv=None) -> int:
+    default = training.setting("steps_per_loop").default
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=600, help="updates per timed run")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs (fastest)")
     parser.add_argument("--log-every", type=int, default=100)
+    parser.add_argument("--steps-per-loop", default=f"1,{default}",
+                        help=f"comma-separated updates per call to measure (default: 1 and "
+                             f"TrainConfig's default, {default})")
     parser.add_argument("--label", default=None, help="name of the code measured")
     args = parser.parse_args(argv)
+    sizes = sorted({int(n) for n in args.steps_per_loop.split(",")} | {default})
     training.log.disabled = True  # the loop's INFO lines are not what is measured
     strategy = make_strategy(1)
     trainer = _trainer(strategy)
     iterator = iter(_batches())
     warm = 3 * len(LENGTHS)
-    _loop_ms(trainer, iterator, warm, args.log_every, 0)  # traces happen here
-    loops, computes = [], []
-    for _ in range(args.repeats):  # interleaved, so both see the same machine load
-        loops.append(_loop_ms(trainer, iterator, args.steps, args.log_every,
-                              int(trainer.optimizer.iterations.numpy())))
+    for n in sizes:  # traces happen here
+        _loop_ms(trainer, iterator, warm, args.log_every, 0, n)
+    loops, computes = {n: [] for n in sizes}, []
+    for _ in range(args.repeats):  # interleaved, so all see the same machine load
+        for n in sizes:
+            loops[n].append(_loop_ms(trainer, iterator, args.steps, args.log_every,
+                                     int(trainer.optimizer.iterations.numpy()), n))
         computes.append(_compute_ms(trainer, iterator, args.steps))
-    traces = trainer.traces
     # On a shared machine the fastest run is the least disturbed one: min - min.
-    loop, compute = min(loops), min(computes)
+    compute = min(computes)
+    host = {n: round(min(loops[n]) - compute, 3) for n in sizes}
     result = {"bench": "step_overhead", "code": args.label or os.path.dirname(
         os.path.dirname(os.path.abspath(tfxformer.__file__))),
         "steps": args.steps, "repeats": args.repeats, "statistic": "min over repeats",
-        "log_every": args.log_every,
-        "lengths_cycled": list(LENGTHS), "loop_ms_per_step": round(loop, 3),
-        "loop_ms_all": [round(x, 3) for x in loops], "compute_ms_per_step": round(compute, 3),
+        "log_every": args.log_every, "steps_per_loop": default,
+        "lengths_cycled": list(LENGTHS), "loop_ms_per_step": round(min(loops[default]), 3),
+        "loop_ms_all": {n: [round(x, 3) for x in loops[n]] for n in sizes},
+        "compute_ms_per_step": round(compute, 3),
         "compute_ms_all": [round(x, 3) for x in computes],
-        "step_traces_per_run": traces, "cores": os.cpu_count(),
+        "step_traces_per_run": trainer.traces, "cores": os.cpu_count(),
         "loadavg_1min": round(os.getloadavg()[0], 2), "tensorflow": tf.__version__,
         "host_ms_per_step_median_pairs": round(statistics.median(
-            a - b for a, b in zip(loops, computes, strict=True)), 3),
-        "host_ms_per_step": round(loop - compute, 3)}
+            a - b for a, b in zip(loops[default], computes, strict=True)), 3),
+        "host_ms_per_step_by_n": host, "host_ms_per_step": host[default]}
     print(json.dumps(result))
     return 0
 

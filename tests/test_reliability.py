@@ -119,29 +119,46 @@ def trained(corpus, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_a_nonfinite_step_is_skipped_and_named(corpus, tmp_path, monkeypatch, capsys):
+# (flags, checkpoints left): one update per call, or 4 per call with the update that is
+# skipped inside a call and its retry in the next one.
+SKIP_CASES = {"one per call": (dict(steps_per_loop=1), ["ckpt-2", "ckpt-4", "ckpt-6"]),
+              "4 per call": (dict(steps_per_loop=4, checkpoint_every=6, log_every=6),
+                             ["ckpt-6"])}
+
+
+@pytest.mark.parametrize("case", SKIP_CASES)
+def test_a_nonfinite_step_is_skipped_and_named(case, corpus, tmp_path, monkeypatch, capsys):
+    flags, kept = SKIP_CASES[case]
     monkeypatch.setenv(NONFINITE_FAULT_ENV, "3,5")
     model_dir = str(tmp_path / "run")
-    status, _ = run_main(capsys, script_args(corpus, model_dir, 6, cpu_devices=2))
+    status, _ = run_main(capsys, script_args(corpus, model_dir, 6, cpu_devices=2, **flags))
     assert status == 0
     with open(os.path.join(model_dir, "train.log"), encoding="utf-8") as f:
         log = f.read()
     for step in (3, 5):
         assert f"Non-finite loss or gradient at step {step} (loss nan)" in log
     assert log.count("skipped (--on-nonfinite skip)") == 2
-    assert checkpoint_state(model_dir) == ("ckpt-6", ["ckpt-2", "ckpt-4", "ckpt-6"])
+    assert checkpoint_state(model_dir) == (kept[-1], kept)
+    assert "step 6 loss" in log
 
 
 @pytest.mark.slow
-def test_a_nonfinite_step_stops_keeping_the_last_good_checkpoint(corpus, tmp_path,
-                                                                monkeypatch, capsys):
+@pytest.mark.parametrize("steps_per_loop", [1, 3])
+def test_a_nonfinite_step_stops_keeping_the_last_good_checkpoint(steps_per_loop, corpus,
+                                                                tmp_path, monkeypatch, capsys):
+    """With 3 per call and checkpoints every 4 updates the calls are 3, 1 (ckpt-4), then
+    5 (poisoned), 6, 7: the halt holds inside the call and the error names update 5."""
     monkeypatch.setenv(NONFINITE_FAULT_ENV, "5")
     model_dir = str(tmp_path / "run")
-    status, err = run_main(capsys, script_args(corpus, model_dir, 8, on_nonfinite="stop"))
+    every = 2 if steps_per_loop == 1 else 4
+    status, err = run_main(capsys, script_args(corpus, model_dir, 8, on_nonfinite="stop",
+                                               steps_per_loop=steps_per_loop,
+                                               checkpoint_every=every, log_every=every))
     assert status == 2
     assert err.startswith("train_wmt.py: error: Non-finite loss or gradient at step 5 ")
     assert "--on-nonfinite stop" in err and os.path.join("checkpoints", "ckpt-4") in err
-    assert checkpoint_state(model_dir) == ("ckpt-4", ["ckpt-2", "ckpt-4"])
+    kept = ["ckpt-2", "ckpt-4"] if steps_per_loop == 1 else ["ckpt-4"]
+    assert checkpoint_state(model_dir) == ("ckpt-4", kept)
     assert not glob.glob(os.path.join(model_dir, "checkpoints", "ckpt-[5-8].*"))
 
 

@@ -156,3 +156,50 @@ def test_halt_after_nonfinite_applies_nothing_more():
     records = _records(stop, tf.data.Dataset.from_tensors(BATCH).repeat(), 4)
     assert records[:, 3].tolist() == [1, 0, 0, 0]  # halted at update 2: the rest skipped
     assert int(trainer.optimizer.iterations.numpy()) == 1
+
+
+TWO_SHAPES = [_global_batch(size, src, tgt) for size, src, tgt in ((8, 7, 6), (4, 9, 3))]
+
+
+def _two_shapes():
+    """The global batches of TWO_SHAPES, alternating forever (like length buckets)."""
+    return tf.data.Dataset.from_tensors(TWO_SHAPES[0]).concatenate(
+        tf.data.Dataset.from_tensors(TWO_SHAPES[1])).repeat()
+
+
+@pytest.mark.parametrize("replicas,accumulation_steps", [(1, 1), (2, 1), (2, 2)])
+def test_several_updates_per_call_equal_one_update_per_call(replicas, accumulation_steps):
+    """The same records (update, loss, tokens, applied) and weights, bit for bit, as
+    one update per call on the same batches; calls of 2 and 3 share one trace."""
+    strategy = strategy_over(replicas)
+    sgd = lambda: keras.optimizers.SGD(0.5)  # noqa: E731
+    one = _trainer(strategy, accumulation_steps, optimizer=sgd)
+    one_records = _records(one, _two_shapes(), 5)
+    several = _trainer(strategy, accumulation_steps, optimizer=sgd)
+    updates = several.loop(iter(_two_shapes()))
+    records = tf.concat([updates(2), updates(3)], axis=0)
+    assert isinstance(records, tf.Tensor)  # unread until the caller asks
+    np.testing.assert_array_equal(records.numpy(), one_records)
+    assert records.numpy()[:, 3].all() and several.traces == 1
+    for a, b in zip(several.model.get_weights(), one.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="attempts must be >= 1, got 0"):
+        updates(0)
+
+
+def test_fault_steps_and_halt_inside_one_call():
+    """A poisoned update inside a call is skipped and retried at the right update number;
+    after a halt nothing more is applied in the same call."""
+    strategy = strategy_over(2)
+    trainer = _trainer(strategy)
+    skip = Trainer(trainer.model, trainer.optimizer, strategy, halt_after_nonfinite=2,
+                   nonfinite_fault_steps=[2, 3])
+    records = skip.loop(iter(tf.data.Dataset.from_tensors(BATCH).repeat()))(5).numpy()
+    assert records[:, 0].tolist() == [1, 2, 2, 3, 3]
+    assert records[:, 3].tolist() == [1, 0, 1, 0, 1]
+    assert np.isnan(records[1, 1]) and np.isfinite(records[2, 1])
+    stop = Trainer(trainer.model, trainer.optimizer, strategy, halt_after_nonfinite=1,
+                   nonfinite_fault_steps=[5])
+    records = stop.loop(iter(tf.data.Dataset.from_tensors(BATCH).repeat()))(4).numpy()
+    assert records[:, 0].tolist() == [4, 5, 5, 5] and records[:, 3].tolist() == [1, 0, 0, 0]
+    assert int(trainer.optimizer.iterations.numpy()) == 4

@@ -87,11 +87,13 @@ def test_train_on_real_text_lowers_the_loss_with_two_replicas(corpus, tmp_path):
 
 @pytest.mark.slow
 def test_stop_and_resume_equals_a_straight_run(corpus, tmp_path):
+    """One update per call straight to 40 equals 3 per call (intervals of 10: calls of
+    3, 3, 3, 1) to 20, resumed with 8 per call to 40: the same batches, the same weights."""
     straight = tmp_path / "straight"
-    train_and_evaluate(_config(corpus, straight, 40, deterministic=True))
+    train_and_evaluate(_config(corpus, straight, 40, deterministic=True, steps_per_loop=1))
     resumed = tmp_path / "resumed"
-    train_and_evaluate(_config(corpus, resumed, 20, deterministic=True))
-    train_and_evaluate(_config(corpus, resumed, 40, deterministic=True))
+    train_and_evaluate(_config(corpus, resumed, 20, deterministic=True, steps_per_loop=3))
+    train_and_evaluate(_config(corpus, resumed, 40, deterministic=True, steps_per_loop=8))
     for a, b in zip(_weights(straight, 40), _weights(resumed, 40), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -100,9 +102,10 @@ def test_train_flags_come_from_the_config_fields(capsys):
     """One flag per TrainConfig field, typed by its annotation, with the field's help."""
     train_wmt = _script("train_wmt")
     config = train_wmt.parse_args(["--model-dir", "runs/x", "--max-length", "100",
-                                   "--dropout", "0.2", "--xla", "--cpu-devices", "2"])
-    assert (config.max_length, config.dropout, config.xla, config.cpu_devices) == \
-        (100, 0.2, True, 2)
+                                   "--dropout", "0.2", "--xla", "--cpu-devices", "2",
+                                   "--steps-per-loop", "4"])
+    assert (config.max_length, config.dropout, config.xla, config.cpu_devices,
+            config.steps_per_loop) == (100, 0.2, True, 2, 4)
     assert config.max_positions is None and config.model_config().vocab_size == 37_000
     with pytest.raises(SystemExit):
         train_wmt.parse_args(["--help"])
@@ -130,3 +133,8 @@ def test_library_errors_name_settings_and_the_script_names_flags():
     message = "`max_positions` 128 is below `max_length` 256; `other` stays"
     assert settings_as_flags(message) == \
         "--max-positions 128 is below --max-length 256; `other` stays"
+
+
+def test_steps_per_loop_must_be_positive():
+    with pytest.raises(ValueError, match="`steps_per_loop` must be >= 1, got 0"):
+        TrainConfig(model_dir="runs/x", steps_per_loop=0).validate()

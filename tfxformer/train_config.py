@@ -60,6 +60,11 @@ class TrainConfig:
                                  "replicas (paper: 25000 source + 25000 target)")
     accumulation_steps: int = _setting(1, "global steps whose gradients make one update "
                                        "(reach a token budget larger than memory allows)")
+    steps_per_loop: int = _setting(
+        8, "updates run inside one tf.function call (batches read in the graph, metrics "
+           "kept on the device until the next log, checkpoint or evaluation); a call that "
+           "would pass one of those is shortened to end there. Keras' `steps_per_execution` "
+           "for model.fit")
     train_steps: int = _setting(100_000, "number of updates (paper: 100000 base, 300000 big)")
     warmup_steps: int = _setting(4_000, "linear warmup of the learning rate (paper: 4000)")
     lr_scale: float = _setting(1.0, "factor on the paper's learning-rate schedule")
@@ -116,8 +121,8 @@ class TrainConfig:
     def validate(self):
         """Raises ValueError naming the setting (in backticks) and what is accepted."""
         positive = ("vocab_size", "max_length", "batch_tokens", "accumulation_steps",
-                    "train_steps", "warmup_steps", "checkpoint_every", "keep_checkpoints",
-                    "log_every")
+                    "steps_per_loop", "train_steps", "warmup_steps", "checkpoint_every",
+                    "keep_checkpoints", "log_every")
         for name in positive:
             checks.integer(getattr(self, name), name, 1)
         self.decoding_options()

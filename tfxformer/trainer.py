@@ -8,11 +8,17 @@ the micro-batches of gradient accumulation) and the replicas' gradients are summ
 1, 2 or 8 replicas, and one batch or the same tokens in several micro-batches, give the
 same update.
 
+Several updates per call: :class:`UpdateLoop` (:meth:`Trainer.loop`) runs N updates in one
+`tf.function` call, reading their global batches from the tf.data iterator inside the
+graph, as Orbit's `steps_per_loop` and Keras' `steps_per_execution` do; each update is
+:meth:`Trainer._step`, the same function the one-update path calls.
+
 No host sync per step: :meth:`Trainer.step` returns device tensors (loss, tokens, whether
 the update was applied, its update number) that the training loop reads once per log
 interval; the non-finite check, the halt after too many non-finite updates, and the
-test-only fault injection all run on the device. Batches reach the replicas through a
-:class:`DeviceFeed`, which prefetches each replica's share onto its device.
+test-only fault injection all run on the device. The one-update path takes its batches
+from a :class:`DeviceFeed`, which prefetches each replica's share onto its device; the
+training loop uses :class:`UpdateLoop`.
 """
 
 from __future__ import annotations
@@ -110,6 +116,7 @@ class Trainer:
         flat = [_IDS] * (3 * self._local * self.accumulation_steps)
         self._step_fn = tf.function(self._step_flat, input_signature=[flat])
         self._concrete = None
+        self._update_loop = None
         self.eval_step = tf.function(self._eval_step, input_signature=[BATCH_SPEC])
 
     # --- replica functions ----------------------------------------------------------------
@@ -224,6 +231,24 @@ class Trainer:
         return {"loss": loss, "tokens": tokens, "applied": applied, "update": update,
                 "record": record}
 
+    def _updates(self, iterator, attempts):
+        """`attempts` updates (each `_step`) on global batches read from `iterator` inside
+        the graph; their records stacked, (attempts, 4), on the host device."""
+        self.traces += 1
+        records = tf.TensorArray(tf.float64, size=attempts, element_shape=[4])
+        for i in tf.range(attempts):
+            batches = [self.strategy.run(replica_slice, args=(next(iterator),))
+                       for _ in range(self.accumulation_steps)]
+            records = records.write(i, self._step(batches)["record"])
+        return records.stack()
+
+    def loop(self, iterator) -> UpdateLoop:
+        """An :class:`UpdateLoop`: several updates per call on global batches of `iterator`
+        (the same one for the same iterator, so a second training loop does not retrace)."""
+        if self._update_loop is None or self._update_loop.iterator is not iterator:
+            self._update_loop = UpdateLoop(self, iterator)
+        return self._update_loop
+
     def feed(self, iterator, depth: int = 2) -> DeviceFeed:
         """A :class:`DeviceFeed` of this trainer's updates from global batches of `iterator`."""
         return DeviceFeed(self.strategy, iterator, self.accumulation_steps, depth)
@@ -281,6 +306,30 @@ class Trainer:
         return [self.strategy.reduce(SUM, r, axis=None) for r in results]
 
 
+class UpdateLoop:
+    """Runs several updates in one `tf.function` call, reading their batches in the graph.
+
+    `loop(n)` makes `n` update attempts (each :meth:`Trainer._step`, the same function the
+    one-update path calls) on the next global batches of `iterator`, a plain tf.data
+    iterator read with `next()` inside the graph, so its position (saved by a
+    `tf.train.Checkpoint`) is exactly after the last batch an attempt used. Each replica
+    takes its contiguous slice of every global batch (:func:`replica_slice`). Returns the
+    attempts' records, a (n, 4) float64 tensor of (update number, loss, tokens, applied),
+    unread: the metrics stay on the device until the caller reads them. `n` is a tensor,
+    so any `n` (a call shortened to end at a sync point) reuses the one trace.
+    """
+
+    def __init__(self, trainer: Trainer, iterator):
+        self.trainer, self.iterator = trainer, iterator
+        function = tf.function(lambda attempts: trainer._updates(iterator, attempts))
+        self._concrete = function.get_concrete_function(tf.TensorSpec([], tf.int32))
+
+    def __call__(self, attempts: int) -> tf.Tensor:
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts}.")
+        return self._concrete(tf.constant(attempts, tf.int32))
+
+
 class DeviceFeed:
     """Prefetches global batches of a plain tf.data iterator onto the replicas' devices.
 
@@ -291,8 +340,8 @@ class DeviceFeed:
 
     The position of the input lives in `iterator`, a plain tf.data iterator, which a
     `tf.train.Checkpoint` saves (a tf.distribute iterator cannot be checkpointed in TF
-    2.21: it is not `Trackable`). The training loop fills only up to its next sync point,
-    so at a checkpoint nothing is prefetched and the saved position is exact.
+    2.21: it is not `Trackable`). Fill only up to the next checkpoint, so that at a
+    checkpoint nothing is prefetched and the saved position is exact.
     """
 
     def __init__(self, strategy, iterator, accumulation_steps: int = 1, depth: int = 2):

@@ -335,21 +335,24 @@ def train_loop(config, trainer, iterator, manager, writer, step, run_eval) -> di
     """Steps until `config.train_steps`, logging, evaluating and checkpointing.
 
     The device runs the updates up to the next sync point (log, checkpoint, evaluation or
-    end) without the host reading anything; there the results of all of them are read at
-    once. A non-finite update is not applied (on the device) and is named in the log when
-    read; with --on-nonfinite stop (or too many in a row) the device applies nothing after
-    it, and the loop raises at the sync point, before any checkpoint is written.
+    end) without the host reading anything, `config.steps_per_loop` of them per
+    `tf.function` call (:class:`tfxformer.trainer.UpdateLoop`); the call before a sync point
+    is shortened to end on it, so intervals need not be multiples of `steps_per_loop`.
+    At the sync point the results of all of them are read at once. A non-finite update is
+    not applied (on the device) and is named in the log when read; the missing updates
+    are run before the sync point. With --on-nonfinite stop (or too many in a row) the
+    device applies nothing after it, and the loop raises at the sync point, before any
+    checkpoint is written.
     """
     metrics: dict = {}
     bar = tqdm(total=config.train_steps, initial=step, unit="step", dynamic_ncols=True,
                disable=None)
-    window, feed, in_a_row = _Window(), trainer.feed(iterator), 0
+    window, updates, in_a_row = _Window(), trainer.loop(iterator), 0
     while step < config.train_steps:
         target = _next_sync(config, step)
         results = []
-        for remaining in range(target - step, 0, -1):  # prefetch never passes the target
-            feed.fill(remaining)
-            results.append(trainer.step(feed.pop()))
+        for start in range(step, target, config.steps_per_loop):
+            results.append(updates(min(config.steps_per_loop, target - start)))
         for update, loss, tokens, applied in _read(results):
             if not applied:
                 in_a_row += 1
@@ -375,10 +378,11 @@ def train_loop(config, trainer, iterator, manager, writer, step, run_eval) -> di
 
 
 def _read(results: list[dict]) -> list[tuple[int, float, float, bool]]:
-    """(update number, loss, tokens, applied) of each step, in one device-to-host read."""
+    """(update number, loss, tokens, applied) of each attempt of `results` (UpdateLoop
+    records), in one device-to-host read."""
     if not results:
         return []
-    rows = tf.stack([r["record"] for r in results]).numpy().tolist()
+    rows = tf.concat(results, axis=0).numpy().tolist()
     return [(int(update), loss, tokens, bool(applied))
             for update, loss, tokens, applied in rows]
 
