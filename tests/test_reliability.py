@@ -118,7 +118,6 @@ def trained(corpus, tmp_path_factory):
     return model_dir
 
 
-@pytest.mark.slow
 # (flags, checkpoints left): one update per call, or 4 per call with the update that is
 # skipped inside a call and its retry in the next one.
 SKIP_CASES = {"one per call": (dict(steps_per_loop=1), ["ckpt-2", "ckpt-4", "ckpt-6"]),
@@ -126,6 +125,7 @@ SKIP_CASES = {"one per call": (dict(steps_per_loop=1), ["ckpt-2", "ckpt-4", "ckp
                              ["ckpt-6"])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SKIP_CASES)
 def test_a_nonfinite_step_is_skipped_and_named(case, corpus, tmp_path, monkeypatch, capsys):
     flags, kept = SKIP_CASES[case]

@@ -438,3 +438,16 @@ def test_warmup_records_replay_in_a_fresh_process(export_dir):
         assert all(dims == [size] for dims in record["inputs"].values()), record["inputs"]
         assert record["outputs"] == {k: [size] for k in ("score", "translation", "truncated")}
         assert (record["translation"][-1] == "") == (size > 1)  # a blank input in the batch
+
+
+def test_the_asset_record_keeps_no_path_of_the_training_machine(translator, tmp_path):
+    """An export travels: its config.json has no run or export dir, and an absolute data
+    folder is cut to its name (a relative one is kept as given)."""
+    train = {"model_dir": "/srv/runs/a", "export_dir": "/srv/exports/a", "data": "/srv/corpus/",
+             "tfds_data_dir": "/srv/tfds", "src": "en", "tgt": "de", "train_steps": 10}
+    version = export_translator(translator, str(tmp_path / "portable"),
+                                config={"src": "en", "tgt": "de", "train": train})
+    with open(os.path.join(version, "assets", "config.json"), encoding="utf-8") as f:
+        record = json.load(f)
+    assert record["train"] == {"data": "corpus", "src": "en", "tgt": "de", "train_steps": 10}
+    assert "/srv" not in json.dumps(record)

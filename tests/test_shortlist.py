@@ -28,8 +28,8 @@ from tfxformer.decoding import (
 )
 from tfxformer.decoding import shortlist as shortlist_module
 from tfxformer.decoding.common import NEG_INF
-from tfxformer.serving import Translator, export_translator
 from tfxformer.pretrained import load_saved_model_weights
+from tfxformer.serving import Translator, export_translator
 
 VOCAB = 40
 SOURCE = tf.constant([[5, 6, 7, 8, 9, 3], [10, 11, 3, 0, 0, 0], [12, 3, 0, 0, 0, 0]])

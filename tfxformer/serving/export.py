@@ -56,13 +56,32 @@ _PRECISION_OF_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 _ENCODE_BATCH = 10_000  # lines SentencePiece encodes per call when building a shortlist
 
 
+# Training settings that name where a run was made (its run dir, export dir, dataset
+# folders): an export travels to other machines, so its record keeps none of them.
+_LOCAL_PATHS = ("model_dir", "export_dir", "tfds_data_dir", "tfds_manual_dir")
+
+
+def _portable(record: RunRecord) -> RunRecord:
+    """`record` without this machine's paths: the run and export dirs dropped, an absolute
+    training data folder or `init_from` path cut to its last component."""
+    train = {k: v for k, v in record.train.items() if k not in _LOCAL_PATHS}
+    for key in ("data", "init_from"):
+        if isinstance(train.get(key), str) and os.path.isabs(train[key]):
+            train[key] = os.path.basename(os.path.normpath(train[key]))
+    init_from = record.init_from
+    if init_from is not None:
+        init_from = {k: v for k, v in init_from.items() if k in ("kind", "vocabulary_sha256")}
+    return dataclasses.replace(record, train=train, init_from=init_from)
+
+
 def _asset_config(translator, config):
     """The config.json asset: the run record `config` (a :class:`RunRecord`, a dict of
     its entries, or None) with the translator's model, decoding options, precision and
-    shortlist (each set anew, so a re-export never keeps a stale one)."""
+    shortlist (each set anew, so a re-export never keeps a stale one), and none of the
+    training machine's paths (:func:`_portable`)."""
     given = config.to_dict() if isinstance(config, RunRecord) else dict(config or {})
     model = translator.model
-    record = RunRecord.from_dict({**given, "model": model.model_config.to_dict()})
+    record = _portable(RunRecord.from_dict({**given, "model": model.model_config.to_dict()}))
     export = dict(precision=_PRECISION_OF_DTYPE.get(model.compute_dtype, model.compute_dtype),
                   compute_dtype=model.compute_dtype, shortlist=translator.shortlist_info)
     return dataclasses.replace(record, decoding=translator.options, export=export).to_dict()
