@@ -21,7 +21,7 @@ def _run_dir(path, weights_per_step):
     for step, value in weights_per_step.items():
         model.set_weights([np.full(w.shape, value, w.dtype) for w in model.get_weights()])
         manager.save(checkpoint_number=step)
-    (path / "config.json").write_text(json.dumps({"model": model.model_config}))
+    (path / "config.json").write_text(json.dumps({"model": model.model_config.to_dict()}))
     return str(path)
 
 

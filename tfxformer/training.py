@@ -46,6 +46,8 @@ log = logging.getLogger("tfxformer")
 
 # With --on-nonfinite skip, this many non-finite updates in a row stop training: the run
 # is diverging, and skipping forever would look like progress that never comes.
+__all__ = ["TrainConfig", "WorkerLostError", "train_and_evaluate", "training_dataset"]
+
 MAX_CONSECUTIVE_NONFINITE = 50
 
 
