@@ -96,7 +96,7 @@ def test_save_to_preset_round_trips_weights_config_and_vocabulary(source, tmp_pa
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     assert config["registered_name"] == "tfxformer>Transformer"
-    assert config["config"] == model.model_config
+    assert config["config"] == model.model_config.to_dict()
     again = Transformer.from_preset(folder)
     _assert_same_weights(again, model)
     again.save_to_preset(tmp_path / "twice")  # the vocabulary travels with the model
@@ -212,8 +212,8 @@ def test_a_fine_tune_run_starts_from_the_source_model(source, corpus, tmp_path, 
     assert record["init_from"] == {
         "path": source["export"], "kind": "saved_model", "weights": source["version"],
         "vocabulary_sha256": record["vocabulary_sha256"]}
-    assert record["model"] == dict(Transformer.from_preset(source["run"]).model_config,
-                                   dropout=0.0)
+    source_model = Transformer.from_preset(source["run"]).model_config
+    assert record["model"] == source_model.replace(dropout=0.0).to_dict()
     assert record["train"]["init_from"] == source["export"] and record["preset"] == "tiny"
 
 

@@ -136,5 +136,5 @@ def test_library_errors_name_settings_and_the_script_names_flags():
 
 
 def test_steps_per_loop_must_be_positive():
-    with pytest.raises(ValueError, match="`steps_per_loop` must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="`steps_per_loop` must be an integer >= 1, got 0"):
         TrainConfig(model_dir="runs/x", steps_per_loop=0).validate()
