@@ -1,4 +1,4 @@
-"""Input pipeline at WMT14 size (issue 16): time to the first batch, peak RSS, tokens/s.
+"""Input pipeline at WMT14 size: time to the first batch, peak RSS, tokens/s.
 
 A WMT14-sized corpus (default 4.5 M pairs, §5.1) is made at run time in a temporary
 folder from the text in ../shared/data (never committed): each pair is, with probability

@@ -1,4 +1,4 @@
-"""Host time per training step that is not model compute (issue 16), on this CPU.
+"""Host time per training step that is not model compute, on this CPU.
 
 A trivial model (1 layer, d_model 8, vocabulary 16, 2 x 8 tokens) makes the compute of
 a step small, so the wall time per step of the real training loop
@@ -13,9 +13,7 @@ The loop runs with each `--steps-per-loop` N given (updates per `tf.function` ca
 batches read inside the graph; `TrainConfig.steps_per_loop`); `host_ms_per_step` is the
 figure of the default N, `host_ms_per_step_by_n` has them all. Batches cycle through three
 lengths (like length buckets), so the trace count shows whether the step is traced once
-per run. The "before" figures in
-bench/results/step_overhead_before.log were taken with an earlier version of this script
-on the code before issue 16 (commit 3aec258, per-step host reads).
+per run. Figures and the command: bench/README.md (log results/step_overhead_loop.log).
 
     PYTHONPATH=$PWD taskset -c 0 python bench/step_overhead.py --steps 600
 

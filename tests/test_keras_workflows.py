@@ -135,6 +135,7 @@ def test_fit_with_sample_weights_ignores_a_weight_zero_example():
                            alone.trainable_weights[0].numpy())
 
 
+@pytest.mark.slow
 def test_quantize_save_load_gives_the_same_outputs(tmp_path):
     source, decoder_in, _ = _seq2seq_batch()
     model = _tiny()

@@ -190,6 +190,7 @@ def _first_batch_loss(make_model, args, corpus):
         batches)["loss"]
 
 
+@pytest.mark.slow
 def test_a_fine_tune_run_starts_from_the_source_model(source, corpus, tmp_path, capsys):
     run = str(tmp_path / "tuned")
     args = _fine_tune_args(corpus, run, 1, source["export"], dropout=0.0, warmup_steps=7,
@@ -240,6 +241,7 @@ def test_init_from_a_path_that_is_no_model(corpus, tmp_path, capsys):
     assert status == 2 and "nowhere' does not exist; expected a SavedModel" in err
 
 
+@pytest.mark.slow
 def test_a_killed_fine_tune_run_resumes_from_its_own_checkpoint(source, corpus, tmp_path):
     args = _fine_tune_args(corpus, str(tmp_path / "straight"), 6, source["run"],
                            deterministic=True)

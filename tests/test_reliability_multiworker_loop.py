@@ -7,10 +7,12 @@ global batch running one update per call: the same losses and weights.
 import json
 
 import numpy as np
+import pytest
 from test_multiworker import TIMEOUT_S, _read, _start_workers, _wait
 from test_reliability import model_tensors, script_args, tiny_corpus, train_wmt
 
 STEPS = 8
+pytestmark = pytest.mark.slow  # worker processes
 
 
 def test_two_workers_with_4_updates_per_call_train_like_one_with_one(tmp_path, capsys):
