@@ -293,7 +293,7 @@ def test_post_norm_and_pre_norm_differ_as_the_paper_says():
     assert not np.allclose(pre(X).numpy().var(-1), 1, atol=1e-3)
 
 
-# --- Keras workflows (#12): masks, functional API, declared dtypes ------------------------
+# --- Keras workflows: masks, functional API, declared dtypes ------------------------
 
 def test_embedding_mask_zero_then_encoder_layer_equals_the_explicitly_masked_call():
     ids = np.array([[5, 6, 7, 8, 9], [4, 3, 2, 0, 0]], "int32")

@@ -208,7 +208,7 @@ def test_old_name_max_length_is_upgraded_when_a_config_is_read():
 
 def test_checkpoint_written_by_the_old_layer_layout_restores():
     """tests/data/old_checkpoint was written with tf.train.Checkpoint(model=model) by the
-    layers before #11 (fixed-return calls, one stack base); same variables, same logits."""
+    layers before the fixed-return calls and the one stack base; same variables, same logits."""
     folder = os.path.join(os.path.dirname(__file__), "data", "old_checkpoint")
     with open(os.path.join(folder, "expected.json"), encoding="utf-8") as f:
         expected = json.load(f)
