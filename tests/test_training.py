@@ -138,3 +138,15 @@ def test_library_errors_name_settings_and_the_script_names_flags():
 def test_steps_per_loop_must_be_positive():
     with pytest.raises(ValueError, match="`steps_per_loop` must be an integer >= 1, got 0"):
         TrainConfig(model_dir="runs/x", steps_per_loop=0).validate()
+
+
+def test_the_three_dropouts_override_the_preset_and_are_checked():
+    """--dropout, --attention-dropout and --activation-dropout reach the model; unset, the
+    preset's are kept; a rate outside [0, 1) is an error naming it."""
+    base = dict(model_dir="runs/x", preset="multi30k")
+    kept = TrainConfig(**base).model_config()
+    assert (kept.dropout, kept.attention_dropout, kept.activation_dropout) == (0.3, 0.0, 0.0)
+    model = TrainConfig(**base, attention_dropout=0.1, activation_dropout=0.2).model_config()
+    assert (model.dropout, model.attention_dropout, model.activation_dropout) == (0.3, 0.1, 0.2)
+    with pytest.raises(ValueError, match="attention_dropout"):
+        TrainConfig(**base, attention_dropout=1.5).model_config()

@@ -392,7 +392,7 @@ def check_fine_tune(config) -> None:
     if conflicts:
         raise ValueError("Settings conflict with `init_from`: " + "; ".join(conflicts)
                          + ". Leave them out: the model settings and the vocabulary are the "
-                         "source's (`dropout` may be set).")
+                         "source's (the dropout settings may be set).")
 
 
 def fine_tune_config(config):
@@ -408,9 +408,9 @@ def fine_tune_config(config):
 
 
 def fine_tune_model_config(config) -> ModelConfig:
-    """The model of a run from `config.init_from`: the source's, with `config.dropout` if
-    given."""
-    return resolve(config.init_from).model.replace(dropout=config.dropout)
+    """The model of a run from `config.init_from`: the source's, with the dropout settings
+    given (`dropout`, `attention_dropout`, `activation_dropout`)."""
+    return resolve(config.init_from).model.replace(**config.dropouts())
 
 
 def fine_tune_vocabulary(config) -> bytes:

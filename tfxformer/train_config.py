@@ -50,6 +50,12 @@ class TrainConfig:
                                "vocabulary size (paper: about 37000 for EN-DE)")
     dropout: float | None = _setting(None, "override the preset's dropout P_drop (paper: 0.1 "
                                      "base, 0.3 big; default: the preset's)")
+    attention_dropout: float | None = _setting(
+        None, "dropout on the attention weights (tensor2tensor's attention_dropout; not in "
+              "the paper; default: the preset's, 0)")
+    activation_dropout: float | None = _setting(
+        None, "dropout on the feed-forward's inner activations (tensor2tensor's "
+              "relu_dropout; not in the paper; default: the preset's, 0)")
     max_length: int = _setting(256, "training length filter: drop training pairs longer than "
                                "this many tokens (either side, BOS/EOS included)")
     max_positions: int | None = _setting(
@@ -111,8 +117,8 @@ class TrainConfig:
         None, "start from a trained model: a SavedModel export or version dir, a run dir "
               "(its averaged checkpoint first) or a preset dir. Its model settings, "
               "vocabulary and weights are taken (a different `preset`, `vocab_size` or "
-              "`max_positions` is an error; `dropout` may be set); optimizer and schedule "
-              "start fresh. See tfxformer.pretrained")
+              "`max_positions` is an error; the dropout settings may be set); optimizer and "
+              "schedule start fresh. See tfxformer.pretrained")
     tfds_data_dir: str | None = _setting(None, "tensorflow-datasets data directory for "
                                          "`data` wmt14")
     tfds_manual_dir: str | None = _setting(None, "tensorflow-datasets manual download "
@@ -144,18 +150,25 @@ class TrainConfig:
             check_fine_tune(self)
 
     def model_config(self) -> ModelConfig:
-        """The model: the preset with the vocabulary size, `dropout` and the
+        """The model: the preset with the vocabulary size, the dropout settings and the
         position-table size `max_positions` (by default the preset's, 1024, raised to
         `max_length` if that is larger: this is the one place it is chosen); with
-        `init_from`, the source model's (and `dropout`)."""
+        `init_from`, the source model's (and the dropout settings)."""
         if self.init_from is not None:
             from tfxformer.pretrained import fine_tune_model_config
 
             return fine_tune_model_config(self)
-        preset = get_preset(self.preset, vocab_size=self.vocab_size, dropout=self.dropout)
+        preset = get_preset(self.preset, vocab_size=self.vocab_size, **self.dropouts())
         positions = self.max_positions if self.max_positions is not None else \
             max(self.max_length, preset.max_positions)
         return preset.replace(max_positions=positions)
+
+    def dropouts(self) -> dict:
+        """The dropout settings given (`dropout`, `attention_dropout`,
+        `activation_dropout`), as ModelConfig overrides."""
+        given = {"dropout": self.dropout, "attention_dropout": self.attention_dropout,
+                 "activation_dropout": self.activation_dropout}
+        return {name: value for name, value in given.items() if value is not None}
 
     def decoding_options(self) -> DecodingOptions:
         """The decoding options of validation BLEU and the export (`beam_size`, `alpha`;
