@@ -9,7 +9,8 @@ input position and its shuffle state) and re-reads the token cache. Timed:
 
     seconds_to_resume   restart (process start) -> the log line of the first resumed update
 
-and `checkpoint_mib`, the size of that checkpoint's files, the input state included. The
+and `checkpoint_mib`, the size of that checkpoint's files, the input state included;
+`resume_phases` lists the resumed run's log lines with their seconds after the restart. The
 resumed run must log the same losses (4 decimals, as train.log writes them) for those
 `--after` updates as the killed run did: `batch_sequence_continues`.
 
@@ -27,6 +28,7 @@ batch_sequence_continues, the killed run's time to its checkpoint, the load aver
 from __future__ import annotations
 
 import argparse
+import datetime
 import glob
 import json
 import os
@@ -43,6 +45,7 @@ from pipeline_speed import SHARED, make_corpus
 TRAIN_WMT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts",
                          "train_wmt.py")
 STEP_LINE = re.compile(r" step (\d+) loss (\S+) ")
+LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ (.*)$", re.M)
 POLL_S = 0.05
 
 
@@ -63,6 +66,20 @@ def _losses(path: str) -> dict[int, str]:
     """{update: loss as logged} of the log file at `path` so far."""
     with open(path, encoding="utf-8", errors="replace") as f:
         return {int(m.group(1)): m.group(2) for m in STEP_LINE.finditer(f.read())}
+
+
+def _phases(path: str, started: float, until_step: int) -> list:
+    """[seconds after `started` (a time.time()), message] of each log line of the file at
+    `path` up to the log line of update `until_step`: where the way back spends its time."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    phases = []
+    for stamp, message in LOG_LINE.findall(text):
+        when = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        phases.append([round(when - started, 1), message[:120]])
+        if STEP_LINE.search(" " + message + " ") and f"step {until_step} " in message + " ":
+            break
+    return phases
 
 
 def _named_checkpoint(run_dir: str) -> str | None:
@@ -119,7 +136,7 @@ def measure(args, work: str) -> dict:
     size = sum(os.path.getsize(p) for p in glob.glob(
         os.path.join(run_dir, "checkpoints", f"ckpt-{every}.*")))
 
-    began = time.perf_counter()
+    began, started = time.perf_counter(), time.time()
     resumed = _start(command, resumed_log)
     _wait(resumed, lambda: every + 1 in _losses(resumed_log), resumed_log, args.timeout,
           f"update {every + 1}")
@@ -137,6 +154,7 @@ def measure(args, work: str) -> dict:
             "seconds_to_checkpoint_first_run": round(to_checkpoint, 1),
             "seconds_to_resume": round(to_resume, 1),
             "checkpoint_mib": round(size / 2 ** 20, 2),
+            "resume_phases": _phases(resumed_log, started, every + 1),
             "resumed_from_checkpoint": restored, "resumed_exit_status": status,
             "batch_sequence_continues": restored and all(
                 again.get(s) == reference.get(s) for s in steps),
