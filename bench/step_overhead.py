@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -103,6 +104,16 @@ def _compute_ms(trainer, iterator, steps: int) -> float:
     return (time.perf_counter() - began) * 1000 / steps
 
 
+def _code_label() -> str:
+    """The git commit of the tfxformer measured, or its version outside a checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(tfxformer.__file__)))
+    try:
+        return subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"tfxformer {tfxformer.__version__}"
+
+
 def main(argv=None) -> int:
     default = training.setting("steps_per_loop").default
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -112,7 +123,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps-per-loop", default=f"1,{default}",
                         help=f"comma-separated updates per call to measure (default: 1 and "
                              f"TrainConfig's default, {default})")
-    parser.add_argument("--label", default=None, help="name of the code measured")
+    parser.add_argument("--label", default=None,
+                        help="name of the code measured (default: its git commit)")
     args = parser.parse_args(argv)
     sizes = sorted({int(n) for n in args.steps_per_loop.split(",")} | {default})
     training.log.disabled = True  # the loop's INFO lines are not what is measured
@@ -131,8 +143,7 @@ def main(argv=None) -> int:
     # On a shared machine the fastest run is the least disturbed one: min - min.
     compute = min(computes)
     host = {n: round(min(loops[n]) - compute, 3) for n in sizes}
-    result = {"bench": "step_overhead", "code": args.label or os.path.dirname(
-        os.path.dirname(os.path.abspath(tfxformer.__file__))),
+    result = {"bench": "step_overhead", "code": args.label or _code_label(),
         "steps": args.steps, "repeats": args.repeats, "statistic": "min over repeats",
         "log_every": args.log_every, "steps_per_loop": default,
         "lengths_cycled": list(LENGTHS), "loop_ms_per_step": round(min(loops[default]), 3),
