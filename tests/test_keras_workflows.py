@@ -119,6 +119,7 @@ def _one_sgd_step(source, decoder_in, target, sample_weight=None):
     return model, history.history
 
 
+@pytest.mark.slow
 def test_fit_with_sample_weights_ignores_a_weight_zero_example():
     source, decoder_in, target = _seq2seq_batch()
     weighted, history = _one_sgd_step(source, decoder_in, target,
@@ -165,6 +166,7 @@ def test_quantized_config_from_another_model_is_refused():
         Transformer.from_config(config).build()
 
 
+@pytest.mark.slow
 def test_export_reload_call_with_int32_ids_of_new_lengths(tmp_path):
     source, decoder_in, _ = _seq2seq_batch()
     model = _tiny()

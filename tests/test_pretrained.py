@@ -65,6 +65,7 @@ def _assert_same_weights(model, reference):
                                       .numpy(), err_msg=weight.path)
 
 
+@pytest.mark.slow
 def test_from_preset_loads_the_weights_of_a_run_dir_export_and_version_dir(source):
     averaged = _checkpoint_model(source["run"], "averaged/ckpt-30")
     latest = _checkpoint_model(source["run"], "checkpoints/ckpt-30")
@@ -77,6 +78,7 @@ def test_from_preset_loads_the_weights_of_a_run_dir_export_and_version_dir(sourc
     np.testing.assert_allclose(model(ids), averaged(ids), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_tokenizer_from_preset_is_the_vocabulary_the_model_was_trained_with(source, tmp_path):
     with open(os.path.join(source["run"], "spm.model"), "rb") as f:
         trained = f.read()
@@ -88,6 +90,7 @@ def test_tokenizer_from_preset_is_the_vocabulary_the_model_was_trained_with(sour
     assert tokenizer.tokenize(["A dog runs."]).to_list() == ids
 
 
+@pytest.mark.slow
 def test_save_to_preset_round_trips_weights_config_and_vocabulary(source, tmp_path):
     model = Transformer.from_preset(source["export"])
     folder = model.save_to_preset(str(tmp_path / "preset"))
@@ -105,6 +108,7 @@ def test_save_to_preset_round_trips_weights_config_and_vocabulary(source, tmp_pa
         assert a.read() == b.read()
 
 
+@pytest.mark.slow
 def test_save_to_preset_without_a_vocabulary_and_with_a_wrong_one(source, tmp_path):
     fresh = Transformer.from_preset("tiny", vocab_size=400)
     fresh.save_to_preset(tmp_path / "bare")
@@ -117,6 +121,7 @@ def test_save_to_preset_without_a_vocabulary_and_with_a_wrong_one(source, tmp_pa
         other.save_to_preset(tmp_path / "wrong", tokenizer=Tokenizer.from_preset(source["run"]))
 
 
+@pytest.mark.slow
 def test_overrides_that_change_no_weight_are_taken(source):
     model = Transformer.from_preset(source["export"], dropout=0.25, vocab_size=400,
                                     dtype="mixed_bfloat16")
@@ -124,6 +129,7 @@ def test_overrides_that_change_no_weight_are_taken(source):
     _assert_same_weights(model, Transformer.from_preset(source["export"]))
 
 
+@pytest.mark.slow
 def test_a_weight_that_does_not_fit_is_named_with_both_shapes(source):
     with pytest.raises(ValueError, match=r"encoder/layer_0/feed_forward/inner/kernel: "
                                          r"\(32, 64\) in run dir .*, \(32, 128\) in the model"):
@@ -156,6 +162,7 @@ def test_paths_that_are_no_model_of_this_package(tmp_path):
         Transformer.from_preset(tmp_path / "other")
 
 
+@pytest.mark.slow
 def test_model_fit_trains_a_loaded_model(source):
     model = Transformer.from_preset(source["export"], dropout=0.0)
     before = model.get_weights()
@@ -218,6 +225,7 @@ def test_a_fine_tune_run_starts_from_the_source_model(source, corpus, tmp_path, 
     assert record["train"]["init_from"] == source["export"] and record["preset"] == "tiny"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, message", [
     (dict(preset="small"), r"--preset 'small' given \(num_layers=3, d_model=256, "
                            r"d_ff=1024\), the model of --init-from '.*' has num_layers=2, "

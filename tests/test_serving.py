@@ -16,6 +16,7 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 from conftest import SHARED_DATA
+from tensorflow.core.protobuf import saved_model_pb2
 
 from tfxformer import Transformer
 from tfxformer.decoding import EOS_ID, beam_search, greedy_decode
@@ -354,8 +355,6 @@ def test_per_example_options_decode_each_group_with_its_options(translator):
 
 
 def _signature_defs(version):
-    from tensorflow.core.protobuf import saved_model_pb2
-
     proto = saved_model_pb2.SavedModel()
     with open(os.path.join(version, "saved_model.pb"), "rb") as f:
         proto.ParseFromString(f.read())
@@ -379,6 +378,17 @@ def test_batchable_signatures_are_batch_major(export_dir):
     scalars = [k for k, v in signatures["translate_with_options"].inputs.items()
                if not v.tensor_shape.dim]
     assert sorted(scalars) == ["alpha", "beam_size", "extra_length"]  # kept as before
+
+
+def test_each_signature_graph_is_saved_once(export_dir):
+    """One trace per signature in the function library (a tf.function on the export root
+    would be traced again while saving: every graph twice, more memory to load)."""
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(export_dir, "1", "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    names = [f.signature.name for f in proto.meta_graphs[0].graph_def.library.function]
+    for traced in ("__call__", "translate_with_options", "translate_per_example"):
+        assert len([n for n in names if n.startswith(f"__inference_{traced}_")]) == 1, traced
 
 
 def test_batching_parameters_example(export_dir):

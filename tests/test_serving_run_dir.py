@@ -117,6 +117,7 @@ def test_evaluate_script_scores_a_run_dir_in_bf16(run_dir, tmp_path, capsys):
     assert main(["--model", str(tmp_path / "missing"), "--data", str(data), "--sets", "tiny"]) == 2
 
 
+@pytest.mark.slow
 def test_evaluate_script_scores_the_multi30k_metric(run_dir, tmp_path, capsys):
     """--metric multi30k: the literature's BLEU against DATA/tok/SET.lc.norm.tok.TGT."""
     from tfxformer import bleu
@@ -173,6 +174,7 @@ def test_run_dir_export_and_translate_script_agree(run_dir, tmp_path):
         load_translate_fn(version, precision="bf16")
 
 
+@pytest.mark.slow
 def test_plot_attention_script(run_dir, tmp_path):
     output = tmp_path / "attention.png"
     load_script("plot_attention").main(["--model", run_dir[0], "--text", "A dog.", "-o",
@@ -248,6 +250,7 @@ def test_translate_script_errors_for_bad_model_dirs(run_dir, tmp_path, capsys):
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_plot_attention_draws_every_layer_and_head(spm_model, tmp_path):
     model = _tiny()
     attention = sentence_attention(model, spm_model, "A dog runs $5 😀", extra_length=3)
@@ -308,6 +311,7 @@ class _FakeRestServing(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_serving_client_rest(served):
     loaded, translator = served
     _FakeRestServing.loaded = loaded
@@ -336,6 +340,7 @@ def test_serving_client_grpc_says_how_to_install(monkeypatch):
         load_script("serving_client").predict_grpc(["A dog."], "tiny")
 
 
+@pytest.mark.slow
 def test_serving_client_grpc(served):
     grpc = pytest.importorskip("grpc")
     apis = pytest.importorskip("tensorflow_serving.apis.prediction_service_pb2_grpc")

@@ -272,6 +272,7 @@ TEXTS = ["A dog runs in the park.", "", "Two men are playing football on the gra
          "A woman in a red coat.", "Children play.", "A man rides a bike down the street."]
 
 
+@pytest.mark.slow
 def test_translator_decodes_each_chunk_over_its_shortlist(translators, spm_model, spm_table):
     full, listed = translators
     processor = spm.SentencePieceProcessor(model_proto=spm_model)
@@ -295,6 +296,7 @@ def test_translator_decodes_each_chunk_over_its_shortlist(translators, spm_model
         np.testing.assert_allclose(out["score"].numpy()[chunk], best.scores[:, 0], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_translator_with_a_whole_vocabulary_table_changes_nothing(translators, spm_model):
     full, _ = translators
     table = build_shortlist_table([(np.arange(4, 320), np.arange(4, 320))], 320,
@@ -318,6 +320,7 @@ def shortlist_export(translators, tmp_path_factory):
     return export_translator(translators[1], str(base), config={"src": "en", "tgt": "de"})
 
 
+@pytest.mark.slow
 def test_export_holds_the_table_apart_from_the_model_variables(shortlist_export, translators,
                                                               spm_table):
     loaded = tf.saved_model.load(shortlist_export)

@@ -152,6 +152,7 @@ def test_decoder_output_is_the_logits_before_the_projection():
         model((source, decoder_in), training=False))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replicas, jit_compile", [(1, False), (2, False), (1, True)])
 def test_trainer_fused_loss_same_loss_and_gradients(replicas, jit_compile):
     strategy = strategy_over(replicas)
@@ -165,6 +166,7 @@ def test_trainer_fused_loss_same_loss_and_gradients(replicas, jit_compile):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_trainer_fused_loss_same_update_with_dropout_and_loss_scale():
     """Dropout draws the same masks on both paths (same layers in the same order), and a
     loss scale enters the token weights: the applied updates agree."""
@@ -201,6 +203,7 @@ def _r_drop_trainer(strategy, r_drop, dropout):
     return Trainer(model, optimizer, strategy, label_smoothing=0.1, r_drop=r_drop)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_r_drop_without_dropout_is_the_plain_loss(replicas):
     """Two passes without dropout are equal: no KL, the mean of two equal losses."""
@@ -213,6 +216,7 @@ def test_r_drop_without_dropout_is_the_plain_loss(replicas):
                                    tf.convert_to_tensor(want).numpy(), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_r_drop_adds_the_kl_of_two_dropout_passes():
     """Same seed, same dropout masks: alpha 4 adds KL / tokens to the loss of alpha ~0."""
     strategy = strategy_over(1)

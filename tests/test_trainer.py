@@ -46,6 +46,7 @@ def _trainer(strategy, accumulation_steps=1, optimizer=None):
                    accumulation_steps=accumulation_steps)
 
 
+@pytest.mark.slow
 def test_one_global_batch_same_loss_and_gradients_on_1_2_8_replicas():
     results = {}
     for replicas in (1, 2, 8):
@@ -73,6 +74,7 @@ def test_the_loss_is_the_mean_over_real_target_tokens():
     assert float(loss) == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_one_big_batch():
     strategy = strategy_over(2)
     whole = _trainer(strategy, optimizer=lambda: keras.optimizers.SGD(1.0))
@@ -86,6 +88,7 @@ def test_gradient_accumulation_equals_one_big_batch():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_non_finite_step_changes_nothing():
     strategy = strategy_over(2)
     trainer = _trainer(strategy)
@@ -113,6 +116,7 @@ def _records(trainer, batches, n):
     return tf.stack(results).numpy()
 
 
+@pytest.mark.slow
 def test_one_trace_for_every_batch_shape_and_no_read_per_step():
     trainer = _trainer(strategy_over(2))
     shapes = [_global_batch(size, src, tgt) for size, src, tgt in ((8, 7, 6), (4, 9, 3))]
@@ -131,6 +135,7 @@ def _fed(trainer, data):
     return feed.pop()
 
 
+@pytest.mark.slow
 def test_fault_steps_and_halt_run_on_the_device():
     strategy = strategy_over(2)
     with strategy.scope():
@@ -148,6 +153,7 @@ def test_fault_steps_and_halt_run_on_the_device():
     assert int(optimizer.iterations.numpy()) == 3
 
 
+@pytest.mark.slow
 def test_halt_after_nonfinite_applies_nothing_more():
     strategy = strategy_over(1)
     trainer = _trainer(strategy)
@@ -167,7 +173,8 @@ def _two_shapes():
         tf.data.Dataset.from_tensors(TWO_SHAPES[1])).repeat()
 
 
-@pytest.mark.parametrize("replicas,accumulation_steps", [(1, 1), (2, 1), (2, 2)])
+@pytest.mark.parametrize("replicas,accumulation_steps", [
+    (1, 1), pytest.param(2, 1, marks=pytest.mark.slow), pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_several_updates_per_call_equal_one_update_per_call(replicas, accumulation_steps):
     """The same records (update, loss, tokens, applied) and weights, bit for bit, as
     one update per call on the same batches; calls of 2 and 3 share one trace."""
@@ -187,6 +194,7 @@ def test_several_updates_per_call_equal_one_update_per_call(replicas, accumulati
         updates(0)
 
 
+@pytest.mark.slow
 def test_fault_steps_and_halt_inside_one_call():
     """A poisoned update inside a call is skipped and retried at the right update number;
     after a halt nothing more is applied in the same call."""

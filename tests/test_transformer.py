@@ -125,6 +125,7 @@ def test_config_round_trip_and_keras_file(tmp_path):
     np.testing.assert_allclose(loaded((SOURCE, TARGET)).numpy(), logits, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_fit_lowers_the_loss_and_works_in_tf_function():
     model = Transformer.from_preset("tiny", vocab_size=VOCAB)
     model.compile(optimizer=keras.optimizers.Adam(1e-2),
@@ -139,6 +140,7 @@ def test_fit_lowers_the_loss_and_works_in_tf_function():
                                atol=1e-5)
 
 
+@pytest.mark.slow
 def test_built_and_trained_inside_mirrored_strategy():
     strategy = strategy_over(2)
     with strategy.scope():

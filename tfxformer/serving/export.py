@@ -126,12 +126,14 @@ def _save(translator, path, sources, config):
     session-based loaders (TF Serving, `saved_model_cli run`: "Could not find variable",
     keras-team/keras#20095). Keras' own ExportArchive saves such a root too."""
     root = tf.Module(name="translator")
-    root.translate = translator.__call__
-    root.translate_with_options = translator.translate_with_options
-    root.translate_per_example = translator.translate_per_example
     signatures = {name: getattr(translator, attr).get_concrete_function() for name, attr in (
         ("serving_default", "__call__"), ("translate_per_example", "translate_per_example"),
         ("translate_with_options", "translate_with_options"))}
+    # The concrete functions themselves, not the tf.functions: a tf.function on the root
+    # is traced again in the saver's context, and the SavedModel would hold each graph twice.
+    root.translate = signatures["serving_default"]
+    root.translate_with_options = signatures["translate_with_options"]
+    root.translate_per_example = signatures["translate_per_example"]
     captured = {}
     for function in signatures.values():
         captured.update((id(v), v) for v in function.variables)
