@@ -101,3 +101,124 @@ def test_an_ensemble_takes_a_shortlist(pair):
                              shortlist=shortlist),
                  beam_search(model, SOURCE, beam_size=2, extra_length=3, shortlist=shortlist))
     assert EOS_ID in shortlist.numpy()
+
+
+# --- serving: the Translator, export_ensemble, scripts/export.py --------------------------
+
+SPM_VOCAB = 320
+TEXTS = ["A dog runs in the park.", "", "Two men are talking.", "Ein Hund."]
+
+
+@pytest.fixture(scope="module")
+def spm_model():
+    from test_serving import train_sentencepiece
+
+    return train_sentencepiece(lines=500)
+
+
+@pytest.fixture(scope="module")
+def members():
+    return _tiny(3, SPM_VOCAB, max_positions=40), _tiny(4, SPM_VOCAB, max_positions=40)
+
+
+def _strings(output):
+    return [t.decode("utf-8") for t in output["translation"].numpy()]
+
+
+@pytest.mark.slow
+def test_translator_over_an_ensemble_captures_every_member(members, spm_model):
+    """The same model twice translates as the model; the graph of two members reads the
+    variables of both (what the export saves)."""
+    from tfxformer.serving import Translator
+
+    one = Translator(members[0], spm_model, beam_size=2, extra_length=3)
+    twice = Translator([members[0], members[0]], spm_model, beam_size=2, extra_length=3)
+    assert _strings(twice(tf.constant(TEXTS))) == _strings(one(tf.constant(TEXTS)))
+    both = Translator(list(members), spm_model, beam_size=2, extra_length=3)
+    captured = {id(v) for v in both.__call__.get_concrete_function().variables}
+    assert captured >= {id(w.value) for m in members for w in m.weights}
+    assert both.model == list(members) and one.model is members[0]
+
+
+def _preset_dirs(members, spm_model, root, other_vocabulary=None):
+    paths = []
+    for i, model in enumerate(members):
+        vocabulary = other_vocabulary if i == 1 and other_vocabulary else spm_model
+        paths.append(model.save_to_preset(str(root / f"member{i}"), tokenizer=vocabulary))
+    return paths
+
+
+def test_export_ensemble_refuses_other_vocabularies_naming_both_paths(members, spm_model,
+                                                                      tmp_path):
+    from test_serving import train_sentencepiece
+
+    from tfxformer.serving import export_ensemble
+
+    other = train_sentencepiece(lines=300)
+    assert other != spm_model
+    paths = _preset_dirs(members, spm_model, tmp_path, other_vocabulary=other)
+    with pytest.raises(ValueError, match="member0.* and of .*member1.* differ"):
+        export_ensemble(paths, str(tmp_path / "export"))
+    with pytest.raises(ValueError, match="at least 2 models, got 1"):
+        export_ensemble(paths[:1], str(tmp_path / "export"))
+    assert not (tmp_path / "export").exists()
+
+
+def test_export_script_takes_model_or_ensemble(capsys):
+    from test_serving import load_script
+
+    script = load_script("export")
+    parser = script.build_parser()
+    for argv in (["--export-dir", "x"], ["--model", "a", "--ensemble", "b", "c",
+                                         "--export-dir", "x"]):
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args(argv)
+        assert exit_.value.code == 2
+    assert "one of the arguments --model --ensemble is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        script.main(["--ensemble", "a", "--export-dir", "x"])
+    assert exit_.value.code == 2
+    assert "--ensemble needs at least 2 models, got 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        script.main(["--ensemble", "a", "b", "--checkpoint", "c", "--export-dir", "x"])
+    assert "--checkpoint applies to --model" in capsys.readouterr().err
+    args = parser.parse_args(["--ensemble", "a", "b", "--export-dir", "x", "--beam-size", "2"])
+    assert (args.ensemble, args.model, args.beam_size) == (["a", "b"], None, 2)
+
+
+@pytest.mark.slow
+def test_ensemble_export_round_trip(members, spm_model, tmp_path):
+    """export_ensemble of two preset dirs → tf.saved_model.load → serving_default gives the
+    in-process ensemble's strings; the export records its members and refuses to load as
+    one model."""
+    import json
+    import os
+
+    import tensorflow_text  # noqa: F401
+
+    from tfxformer.serving import Translator, export_ensemble
+
+    paths = _preset_dirs(members, spm_model, tmp_path)
+    version = export_ensemble(paths, str(tmp_path / "export"), beam_size=2, extra_length=3,
+                              max_batch_size=3)
+    assert version == str(tmp_path / "export" / "1")
+    loaded = tf.saved_model.load(version)
+    assert set(loaded.signatures) == {"serving_default", "translate_per_example",
+                                      "translate_with_options"}
+    expected = Translator(list(members), spm_model, beam_size=2, extra_length=3,
+                          max_batch_size=3)(tf.constant(TEXTS))
+    served = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
+    assert _strings(served) == _strings(expected)
+    np.testing.assert_allclose(served["score"].numpy(), expected["score"].numpy(), atol=1e-5)
+    assert len(loaded.model_variables) == sum(len(m.weights) for m in members)
+    for name in ("tf_serving_warmup_requests", "batching_parameters.txt"):
+        assert os.path.isfile(os.path.join(version, "assets.extra", name))
+    with open(os.path.join(version, "assets", "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    assert [m["source"] for m in config["ensemble"]] == ["member0", "member1"]
+    assert config["ensemble"][1]["model"] == members[1].model_config.to_dict()
+    assert config["decoding"]["beam_size"] == 2
+    with pytest.raises(ValueError, match="an ensemble export holds 2 models; load a member"):
+        Transformer.from_preset(version)
+    with pytest.raises(ValueError, match="holds 2 models"):
+        Transformer.from_preset(str(tmp_path / "export"))
