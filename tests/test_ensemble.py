@@ -186,22 +186,39 @@ def test_export_script_takes_model_or_ensemble(capsys):
     assert (args.ensemble, args.model, args.beam_size) == (["a", "b"], None, 2)
 
 
+def _run_dir(model, spm_model, path):
+    """A run dir as training writes it: config.json, spm.model, checkpoints/ckpt-3."""
+    import json
+
+    checkpoint = tf.train.Checkpoint(model=model)
+    tf.train.CheckpointManager(checkpoint, str(path / "checkpoints"), max_to_keep=1,
+                               checkpoint_name="ckpt").save(checkpoint_number=3)
+    (path / "spm.model").write_bytes(spm_model)
+    (path / "config.json").write_text(json.dumps(
+        {"model": model.model_config.to_dict(), "src": "en", "tgt": "de", "max_length": 40}))
+    return str(path)
+
+
 @pytest.mark.slow
 def test_ensemble_export_round_trip(members, spm_model, tmp_path):
-    """export_ensemble of two preset dirs → tf.saved_model.load → serving_default gives the
-    in-process ensemble's strings; the export records its members and refuses to load as
-    one model."""
+    """scripts/export.py --ensemble of a run dir and a preset dir → tf.saved_model.load →
+    serving_default gives the in-process ensemble's strings; the export records its
+    members and refuses to load as one model."""
     import json
     import os
 
     import tensorflow_text  # noqa: F401
+    from test_serving import load_script
 
-    from tfxformer.serving import Translator, export_ensemble
+    from tfxformer.serving import Translator, load_translate_fn
 
-    paths = _preset_dirs(members, spm_model, tmp_path)
-    version = export_ensemble(paths, str(tmp_path / "export"), beam_size=2, extra_length=3,
-                              max_batch_size=3)
-    assert version == str(tmp_path / "export" / "1")
+    run = _run_dir(members[0], spm_model, tmp_path / "run")
+    preset = _preset_dirs(members, spm_model, tmp_path)[1]
+    base = str(tmp_path / "export")
+    assert load_script("export").main(["--ensemble", run, preset, "--export-dir", base,
+                                       "--beam-size", "2", "--extra-length", "3",
+                                       "--batch-size", "3"]) == 0
+    version = os.path.join(base, "1")
     loaded = tf.saved_model.load(version)
     assert set(loaded.signatures) == {"serving_default", "translate_per_example",
                                       "translate_with_options"}
@@ -210,15 +227,16 @@ def test_ensemble_export_round_trip(members, spm_model, tmp_path):
     served = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
     assert _strings(served) == _strings(expected)
     np.testing.assert_allclose(served["score"].numpy(), expected["score"].numpy(), atol=1e-5)
+    assert load_translate_fn(base)(TEXTS) == _strings(expected)
     assert len(loaded.model_variables) == sum(len(m.weights) for m in members)
     for name in ("tf_serving_warmup_requests", "batching_parameters.txt"):
         assert os.path.isfile(os.path.join(version, "assets.extra", name))
     with open(os.path.join(version, "assets", "config.json"), encoding="utf-8") as f:
         config = json.load(f)
-    assert [m["source"] for m in config["ensemble"]] == ["member0", "member1"]
+    assert [m["source"] for m in config["ensemble"]] == ["run", "member1"]
     assert config["ensemble"][1]["model"] == members[1].model_config.to_dict()
-    assert config["decoding"]["beam_size"] == 2
+    assert (config["decoding"]["beam_size"], config["max_length"]) == (2, 40)
     with pytest.raises(ValueError, match="an ensemble export holds 2 models; load a member"):
         Transformer.from_preset(version)
     with pytest.raises(ValueError, match="holds 2 models"):
-        Transformer.from_preset(str(tmp_path / "export"))
+        Transformer.from_preset(base)
