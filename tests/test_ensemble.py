@@ -86,7 +86,11 @@ def test_beam_ensemble_keeps_each_members_cache_with_its_beams(pair):
     assert (growing.ids.numpy()[:, :, 0] != 0).all()
 
 
-def test_members_must_share_the_vocabulary(pair):
+def test_members_share_the_vocabulary_and_the_smallest_position_table(pair):
+    start = ensemble_decoder(list(pair), SOURCE, extra_length=50)  # tables of 32 and 24
+    assert int(start.output_columns) == 24
+    np.testing.assert_array_equal(start.limits.numpy(), [24, 24, 24])
+    assert int(ensemble_decoder(list(pair), SOURCE, max_output_length=5).output_columns) == 5
     other = _tiny(9, vocab_size=VOCAB + 2)
     with pytest.raises(ValueError, match=r"vocabulary sizes are \[40, 42\]"):
         ensemble_decoder([pair[0], other], SOURCE)
@@ -204,11 +208,13 @@ def test_ensemble_export_round_trip(members, spm_model, tmp_path):
     """scripts/export.py --ensemble of a run dir and a preset dir → tf.saved_model.load →
     serving_default gives the in-process ensemble's strings; the export records its
     members and refuses to load as one model."""
+    import base64
     import json
     import os
+    import sys
 
     import tensorflow_text  # noqa: F401
-    from test_serving import load_script
+    from test_serving import FRESH_PROCESS, _run, load_script
 
     from tfxformer.serving import Translator, load_translate_fn
 
@@ -228,6 +234,12 @@ def test_ensemble_export_round_trip(members, spm_model, tmp_path):
     assert _strings(served) == _strings(expected)
     np.testing.assert_allclose(served["score"].numpy(), expected["score"].numpy(), atol=1e-5)
     assert load_translate_fn(base)(TEXTS) == _strings(expected)
+    # A process without tfxformer, and the session loader TF Serving uses, agree.
+    inputs = json.dumps([base64.b64encode(t.encode()).decode() for t in TEXTS])
+    fresh = json.loads(_run([sys.executable, "-c", FRESH_PROCESS, version],
+                            input=inputs.encode()).strip().splitlines()[-1])
+    assert fresh["translation"] == fresh["session"] == _strings(expected)
+    assert not fresh["tfxformer_loaded"] and not fresh["unknown"]
     assert len(loaded.model_variables) == sum(len(m.weights) for m in members)
     for name in ("tf_serving_warmup_requests", "batching_parameters.txt"):
         assert os.path.isfile(os.path.join(version, "assets.extra", name))
