@@ -11,7 +11,7 @@ from tfxformer.decoding.common import next_token_log_probs
 from tfxformer.decoding.ensemble import ensemble_decoder, ensemble_log_probs
 
 VOCAB = 40
-SOURCE = tf.constant([[5, 6, 7, 8, 9, 3], [10, 11, 3, 0, 0, 0], [12, 3, 0, 0, 0, 0]])
+SOURCE = tf.constant([[5, 6, 7, 3], [10, 11, 3, 0], [12, 3, 0, 0]])
 
 
 def _tiny(seed, vocab_size=VOCAB, max_positions=32):
@@ -34,12 +34,12 @@ def _assert_same(out, ref):
 
 def test_an_ensemble_of_one_model_twice_is_that_model(pair):
     model = pair[0]
-    _assert_same(beam_search([model, model], SOURCE, beam_size=3, extra_length=3),
-                 beam_search(model, SOURCE, beam_size=3, extra_length=3))
-    _assert_same(greedy_decode((model, model), SOURCE, extra_length=3),
-                 greedy_decode(model, SOURCE, extra_length=3))
-    _assert_same(greedy_decode([model], SOURCE, extra_length=3),
-                 greedy_decode(model, SOURCE, extra_length=3))
+    _assert_same(beam_search([model, model], SOURCE, beam_size=3, extra_length=2),
+                 beam_search(model, SOURCE, beam_size=3, extra_length=2))
+    _assert_same(greedy_decode((model, model), SOURCE, extra_length=2),
+                 greedy_decode(model, SOURCE, extra_length=2))
+    _assert_same(greedy_decode([model], SOURCE, extra_length=2),
+                 greedy_decode(model, SOURCE, extra_length=2))
 
 
 def _teacher_forced_probs(model, source, prefix):
@@ -49,7 +49,7 @@ def _teacher_forced_probs(model, source, prefix):
 
 
 def test_greedy_ensemble_takes_the_argmax_of_the_averaged_probabilities(pair):
-    out = greedy_decode(list(pair), SOURCE, extra_length=3, eos_id=None)
+    out = greedy_decode(list(pair), SOURCE, extra_length=2, eos_id=None)
     prefix = np.full([SOURCE.shape[0], 1], BOS_ID)
     for t in range(out.ids.shape[1]):
         probs = (_teacher_forced_probs(pair[0], SOURCE, prefix)
@@ -60,7 +60,7 @@ def test_greedy_ensemble_takes_the_argmax_of_the_averaged_probabilities(pair):
         np.testing.assert_array_equal(out.ids.numpy()[running, t], expected[running])
         prefix = np.concatenate([prefix, out.ids.numpy()[:, t:t + 1]], axis=1)
     # The limits are those of the smaller position table (24) and the source lengths.
-    np.testing.assert_array_equal(out.lengths.numpy(), [6 + 3, 3 + 3, 2 + 3])
+    np.testing.assert_array_equal(out.lengths.numpy(), [4 + 2, 3 + 2, 2 + 2])
 
 
 def test_ensemble_log_probs_are_normalized_and_left_as_they_are():
@@ -80,8 +80,8 @@ def test_ensemble_log_probs_are_normalized_and_left_as_they_are():
 def test_beam_ensemble_keeps_each_members_cache_with_its_beams(pair):
     """Sentences leave the batch and beams reorder: the growing-cache search equals the
     static-cache one, where nothing leaves."""
-    growing = beam_search(list(pair), SOURCE, beam_size=3, extra_length=3)
-    static = beam_search(list(pair), SOURCE, beam_size=3, extra_length=3, static_cache=True)
+    growing = beam_search(list(pair), SOURCE, beam_size=3, extra_length=2)
+    static = beam_search(list(pair), SOURCE, beam_size=3, extra_length=2, static_cache=True)
     _assert_same(growing, static)
     assert (growing.ids.numpy()[:, :, 0] != 0).all()
 
@@ -101,9 +101,9 @@ def test_members_share_the_vocabulary_and_the_smallest_position_table(pair):
 def test_an_ensemble_takes_a_shortlist(pair):
     model = pair[0]
     shortlist = tf.constant([0, 1, 2, 3, 5, 8, 13, 21, 34], tf.int32)
-    _assert_same(beam_search([model, model], SOURCE, beam_size=2, extra_length=3,
+    _assert_same(beam_search([model, model], SOURCE, beam_size=2, extra_length=2,
                              shortlist=shortlist),
-                 beam_search(model, SOURCE, beam_size=2, extra_length=3, shortlist=shortlist))
+                 beam_search(model, SOURCE, beam_size=2, extra_length=2, shortlist=shortlist))
     assert EOS_ID in shortlist.numpy()
 
 
@@ -135,10 +135,10 @@ def test_translator_over_an_ensemble_captures_every_member(members, spm_model):
     variables of both (what the export saves)."""
     from tfxformer.serving import Translator
 
-    one = Translator(members[0], spm_model, beam_size=2, extra_length=3)
-    twice = Translator([members[0], members[0]], spm_model, beam_size=2, extra_length=3)
+    one = Translator(members[0], spm_model, beam_size=2, extra_length=2)
+    twice = Translator([members[0], members[0]], spm_model, beam_size=2, extra_length=2)
     assert _strings(twice(tf.constant(TEXTS))) == _strings(one(tf.constant(TEXTS)))
-    both = Translator(list(members), spm_model, beam_size=2, extra_length=3)
+    both = Translator(list(members), spm_model, beam_size=2, extra_length=2)
     captured = {id(v) for v in both.__call__.get_concrete_function().variables}
     assert captured >= {id(w.value) for m in members for w in m.weights}
     assert both.model == list(members) and one.model is members[0]
@@ -222,13 +222,13 @@ def test_ensemble_export_round_trip(members, spm_model, tmp_path):
     preset = _preset_dirs(members, spm_model, tmp_path)[1]
     base = str(tmp_path / "export")
     assert load_script("export").main(["--ensemble", run, preset, "--export-dir", base,
-                                       "--beam-size", "2", "--extra-length", "3",
+                                       "--beam-size", "2", "--extra-length", "2",
                                        "--batch-size", "3"]) == 0
     version = os.path.join(base, "1")
     loaded = tf.saved_model.load(version)
     assert set(loaded.signatures) == {"serving_default", "translate_per_example",
                                       "translate_with_options"}
-    expected = Translator(list(members), spm_model, beam_size=2, extra_length=3,
+    expected = Translator(list(members), spm_model, beam_size=2, extra_length=2,
                           max_batch_size=3)(tf.constant(TEXTS))
     served = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
     assert _strings(served) == _strings(expected)
