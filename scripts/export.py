@@ -33,9 +33,9 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="python scripts/export.py",
         description="Export a trained run dir (or an ensemble of trained models) as a TF "
-                    "Serving SavedModel "
-                    "<export-dir>/<version>/ (version: next integer), with warm-up records "
-                    "and an example batching_parameters.txt in assets.extra/.")
+                    "Serving SavedModel <export-dir>/<version>/ (version: next integer), "
+                    "with warm-up records and an example batching_parameters.txt in "
+                    "assets.extra/.")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model",
                        help="trained run dir (config.json, spm.model, checkpoints/), or a "
