@@ -6,10 +6,15 @@
                                   # (beam, α and limits: the source's unless flags say)
     python scripts/export.py --model runs/base --export-dir /tmp/en_de \
         --shortlist 50,500                                # with a vocabulary shortlist
+    python scripts/export.py --ensemble runs/base runs/base_seed2 \
+        --export-dir saved_models/en_de_ensemble          # several models, one beam search
 
 Writes `<export-dir>/<next version>/` (saved_model.pb, variables/, assets/, and
 assets.extra/ with TF Serving warm-up records and an example batching_parameters.txt)
-and prints its path. See README, "Serving".
+and prints its path. `--ensemble` takes two or more trained models in place of `--model`
+(run dirs, SavedModels of one model, or preset dirs, all with the same spm.model): the
+SavedModel then decodes with all of them at once, each step scored with their averaged
+probabilities. See README, "Serving", and docs/serving.md, "Ensembles".
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import argparse
 import sys
 
 from tfxformer.config import DecodingOptions
-from tfxformer.serving.export import export_run_dir, export_saved_model
+from tfxformer.serving.export import export_ensemble, export_run_dir, export_saved_model
 from tfxformer.serving.loading import resolve_model_dir
 
 DEFAULTS = DecodingOptions()
@@ -27,17 +32,25 @@ DEFAULTS = DecodingOptions()
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="python scripts/export.py",
-        description="Export a trained run dir as a TF Serving SavedModel "
-                    "<export-dir>/<version>/ (version: next integer), with warm-up records "
-                    "and an example batching_parameters.txt in assets.extra/.")
-    parser.add_argument("--model", required=True,
-                        help="trained run dir (config.json, spm.model, checkpoints/), or a "
-                             "SavedModel of this package (version dir or export dir: its "
-                             "variables are re-exported with the current code)")
+        description="Export a trained run dir (or an ensemble of trained models) as a TF "
+                    "Serving SavedModel <export-dir>/<version>/ (version: next integer), "
+                    "with warm-up records and an example batching_parameters.txt in "
+                    "assets.extra/.")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model",
+                       help="trained run dir (config.json, spm.model, checkpoints/), or a "
+                            "SavedModel of this package (version dir or export dir: its "
+                            "variables are re-exported with the current code)")
+    which.add_argument("--ensemble", nargs="+", metavar="PATH",
+                       help="two or more trained models exported as one ensemble (in place "
+                            "of --model): run dirs (averaged checkpoint first), SavedModels "
+                            "of one model or preset dirs, all with the same spm.model; beam "
+                            "search scores each step with their averaged probabilities "
+                            "(config and decoding defaults: the first's)")
     parser.add_argument("--export-dir", required=True,
                         help="model base path for TF Serving, e.g. saved_models/en_de")
     parser.add_argument("--checkpoint", help="checkpoint prefix of a run dir (default: "
-                        "newest, averaged ones first)")
+                        "newest, averaged ones first); not with --ensemble")
     parser.add_argument("--beam-size", type=int,
                         help="beam size of serving_default (default: a re-exported "
                              f"SavedModel's, else {DEFAULTS.beam_size}, §6.1)")
@@ -101,7 +114,12 @@ def shortlist_sizes(text):
 
 def export(args):
     """Exports as `args` says; returns the new version dir."""
-    kind, path = resolve_model_dir(args.model)
+    if args.ensemble is not None and len(args.ensemble) < 2:
+        raise ValueError(f"--ensemble needs at least 2 models, got {len(args.ensemble)}: "
+                         f"{args.ensemble}; for one model use --model.")
+    if args.ensemble is not None and args.checkpoint:
+        raise ValueError("--checkpoint applies to --model; --ensemble loads each run dir's "
+                         "averaged checkpoint first, else its latest.")
     # Unset decoding flags: a re-exported SavedModel's own (export_saved_model), else the
     # defaults of export_run_dir.
     decoding = dict(beam_size=args.beam_size, alpha=args.alpha,
@@ -117,6 +135,9 @@ def export(args):
                    num_batch_threads=args.batch_threads, shortlist=args.shortlist,
                    shortlist_data=args.shortlist_data,
                    shortlist_max_pairs=args.shortlist_max_pairs)
+    if args.ensemble is not None:
+        return export_ensemble(args.ensemble, args.export_dir, **options)
+    kind, path = resolve_model_dir(args.model)
     if kind == "run_dir":
         return export_run_dir(path, args.export_dir, checkpoint=args.checkpoint, **options)
     if args.checkpoint:

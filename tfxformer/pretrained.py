@@ -173,8 +173,20 @@ def resolve(path) -> Source:
         raise ValueError(f"SavedModel {resolved!r} is not an export of this package: its "
                          f"assets/ holds {found}, not {CONFIG_FILENAME} and {SPM_FILENAME}.")
     config = _read_json(wanted[0], "the config.json asset of a tfxformer export")
+    _check_single(config, resolved)
     return Source(kind, resolved, _model_of(config, wanted[0], "model"), config.get("preset"),
                   wanted[1])
+
+
+def _check_single(config: dict, path: str) -> None:
+    """Raises ValueError for the config.json asset of an ensemble export: it holds several
+    models (:func:`tfxformer.serving.export.export_ensemble`), none of which loads alone."""
+    members = config.get("ensemble")
+    if not members:
+        return
+    sources = ", ".join(str(m.get("source")) for m in members if isinstance(m, dict))
+    raise ValueError(f"SavedModel {path!r}: an ensemble export holds {len(members)} models; "
+                     f"load a member's own export or run dir (its members: {sources}).")
 
 
 def weight_key(path: str) -> str:

@@ -62,7 +62,8 @@ RECORD_KEYS = {
     "init_from": "the trained model the run started from (tfxformer.pretrained.init_record)",
 }
 # What an export adds to the record in its assets/config.json (tfxformer.serving.export).
-_EXPORT_KEYS = ("decoding", "precision", "compute_dtype", "shortlist")
+# "ensemble": one entry per model of an ensemble export (its source, vocabulary, model).
+_EXPORT_KEYS = ("decoding", "precision", "compute_dtype", "shortlist", "ensemble")
 # Entries of the record that must match for a run dir to be resumed by a new command.
 _MUST_MATCH = ("model", "src", "tgt", "vocabulary_sha256")
 _CORRUPT = (tf.errors.OpError, IndexError, OSError)  # a truncated .data raises IndexError
@@ -95,7 +96,8 @@ class RunRecord:
             not recorded). preset: the preset the run started from.
         vocabulary_sha256: SHA-256 of spm.model. train: every TrainConfig setting.
         decoding: an export's :class:`tfxformer.config.DecodingOptions` (None in a run dir).
-        export: an export's precision, compute_dtype and shortlist record ({} in a run dir).
+        export: an export's precision, compute_dtype and shortlist record, and an ensemble
+            export's members ("ensemble") ({} in a run dir).
         init_from: the trained model a fine-tuning run started from (path, kind, weights,
             vocabulary_sha256; :func:`tfxformer.pretrained.init_record`), or None.
     """

@@ -3,9 +3,10 @@
 `common` holds what both searches share (:class:`DecodeStart`, the step-function
 contract, finished sentences leaving the batch); `adapter.transformer_decoder` turns a
 Transformer and a source batch into a :class:`DecodeStart`; `greedy_decode` and
-`beam_search` are the two together; `shortlist` restricts both to a per-batch
-vocabulary shortlist (`shortlist=`). The default beam size, α and extra length are
-those of :class:`tfxformer.config.DecodingOptions`.
+`beam_search` are the two together, on one model or an ensemble (a list of models,
+`ensemble.ensemble_decoder`: their probabilities averaged); `shortlist` restricts both
+to a per-batch vocabulary shortlist (`shortlist=`). The default beam size, α and extra
+length are those of :class:`tfxformer.config.DecodingOptions`.
 """
 
 from tfxformer.decoding.adapter import transformer_decoder
@@ -17,13 +18,14 @@ from tfxformer.decoding.beam_search import (
     top_extensions,
 )
 from tfxformer.decoding.common import DecodeStart
+from tfxformer.decoding.ensemble import ensemble_decoder
 from tfxformer.decoding.greedy import DecodeOutput, greedy_decode, greedy_search
 from tfxformer.decoding.shortlist import ShortlistTable, build_shortlist_table, shortlist_ids
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = [
     "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "BeamSearchOutput", "DecodeOutput", "DecodeStart",
-    "ShortlistTable", "beam_search", "build_shortlist_table", "greedy_decode", "greedy_search",
-    "length_penalty", "sequence_beam_search", "shortlist_ids", "top_extensions",
-    "transformer_decoder",
+    "ShortlistTable", "beam_search", "build_shortlist_table", "ensemble_decoder",
+    "greedy_decode", "greedy_search", "length_penalty", "sequence_beam_search",
+    "shortlist_ids", "top_extensions", "transformer_decoder",
 ]

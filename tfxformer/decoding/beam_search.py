@@ -27,8 +27,8 @@ import tensorflow as tf
 
 from tfxformer import checks
 from tfxformer.decoding import common
-from tfxformer.decoding.adapter import transformer_decoder
 from tfxformer.decoding.common import NEG_INF, DecodeStart
+from tfxformer.decoding.ensemble import decoder
 from tfxformer.decoding.shortlist import to_vocabulary
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -244,12 +244,15 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
                 max_output_length=None, static_cache=False, *, eos_id=EOS_ID, shortlist=None):
     """Translates a batch with beam search and the GNMT length penalty (§6.1).
 
-    :func:`transformer_decoder` (encode once; the key/value cache) fed to
+    :func:`transformer_decoder` (encode once; the key/value cache), or for several models
+    :func:`tfxformer.decoding.ensemble.ensemble_decoder`, fed to
     :func:`sequence_beam_search`. XLA-compatible with `static_cache=True` when
     `beam_size` and `extra_length` are Python ints.
 
     Args:
-        model: a :class:`tfxformer.Transformer`.
+        model: a :class:`tfxformer.Transformer`, or a list or tuple of them sharing a
+            vocabulary: an ensemble, scored by its averaged probabilities (a list of one
+            is that model).
         source_ids: (B, S) int ids, PAD 0, each row ending with EOS.
         beam_size: K >= 1 (default 4); a Python int or a scalar int tensor.
         alpha: length penalty exponent α >= 0 (default 0.6; 0 = plain log-probability).
@@ -276,7 +279,7 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
     """
     beam_size, alpha = _check_options(beam_size, alpha)
     shortlist = common.shortlist_tensor(shortlist, eos_id)
-    start = transformer_decoder(model, source_ids, beam_size, extra_length,
+    start = decoder(model, source_ids, beam_size, extra_length,
                                 max_output_length,
                                 static_cache, shortlist)
     out = sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,

@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from tfxformer.decoding import common
-from tfxformer.decoding.adapter import transformer_decoder
 from tfxformer.decoding.common import DEFAULTS, DecodeStart
+from tfxformer.decoding.ensemble import decoder
 from tfxformer.decoding.shortlist import to_vocabulary
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -121,7 +121,9 @@ def greedy_decode(model, source_ids, extra_length=DEFAULTS.extra_length,
     beam search with beam 1 and α = 0.
 
     Args:
-        model: a :class:`tfxformer.Transformer`.
+        model: a :class:`tfxformer.Transformer`, or a list or tuple of them sharing a
+            vocabulary: an ensemble, the argmax of its averaged probabilities
+            (:mod:`tfxformer.decoding.ensemble`; a list of one is that model).
         source_ids: (B, S) int ids, PAD 0, each row ending with EOS.
         extra_length: output tokens allowed beyond the source length (default 50).
         max_output_length: optional lower cap on output tokens than the model's positions.
@@ -138,7 +140,7 @@ def greedy_decode(model, source_ids, extra_length=DEFAULTS.extra_length,
         :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,).
     """
     shortlist = common.shortlist_tensor(shortlist, eos_id)
-    start = transformer_decoder(model, source_ids, 1, extra_length, max_output_length,
+    start = decoder(model, source_ids, 1, extra_length, max_output_length,
                                 static_cache, shortlist)
     out = greedy_search(start, eos_id=eos_id, static_cache=static_cache)
     if shortlist is None:

@@ -6,6 +6,7 @@ run dir) to `translate(list[str]) -> list[str]`; the run dir itself is
 """
 
 from tfxformer.serving.export import (
+    export_ensemble,
     export_run_dir,
     export_saved_model,
     export_translator,
@@ -22,7 +23,7 @@ from tfxformer.serving.loading import (
 from tfxformer.serving.translator import Translator, sanitize_utf8
 
 __all__ = [
-    "TranslateFn", "Translator", "export_run_dir", "export_saved_model", "export_translator",
-    "load_translate_fn", "make_translate_fn", "next_version", "resolve_model_dir",
-    "sanitize_utf8", "saved_model_versions", "shortlist_from_data",
+    "TranslateFn", "Translator", "export_ensemble", "export_run_dir", "export_saved_model",
+    "export_translator", "load_translate_fn", "make_translate_fn", "next_version",
+    "resolve_model_dir", "sanitize_utf8", "saved_model_versions", "shortlist_from_data",
 ]

@@ -17,12 +17,18 @@ A vocabulary shortlist (:mod:`tfxformer.decoding.shortlist`) is built from the r
 training data at export time (:func:`shortlist_from_data`); its table is saved as two
 int32 variables (`shortlist_table`, `shortlist_frequent`) beside `model_variables`.
 
-Command line: `python scripts/export.py --model RUN_DIR --export-dir DIR`.
+An ensemble (:func:`export_ensemble`) is one SavedModel of several trained models that
+share a vocabulary: the same signatures and assets, its beam search scoring each step
+with the members' averaged probabilities; config.json lists the members (`ensemble`).
+
+Command line: `python scripts/export.py --model RUN_DIR --export-dir DIR`, or
+`--ensemble RUN_DIR RUN_DIR [...]` in place of `--model`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -30,7 +36,8 @@ import tempfile
 
 import tensorflow as tf
 
-from tfxformer import checks
+from tfxformer import checks, pretrained, rundir
+from tfxformer.config import PRECISION_POLICIES
 from tfxformer.decoding.shortlist import build_shortlist_table
 from tfxformer.pretrained import load_saved_model_weights
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord, load_model
@@ -80,11 +87,22 @@ def _asset_config(translator, config):
     shortlist (each set anew, so a re-export never keeps a stale one), and none of the
     training machine's paths (:func:`_portable`)."""
     given = config.to_dict() if isinstance(config, RunRecord) else dict(config or {})
-    model = translator.model
+    model = translator.models[0]
     record = _portable(RunRecord.from_dict({**given, "model": model.model_config.to_dict()}))
     export = dict(precision=_PRECISION_OF_DTYPE.get(model.compute_dtype, model.compute_dtype),
                   compute_dtype=model.compute_dtype, shortlist=translator.shortlist_info)
+    if len(translator.models) > 1:
+        export["ensemble"] = given.get("ensemble") or _ensemble_record(
+            translator, [None] * len(translator.models))
     return dataclasses.replace(record, decoding=translator.options, export=export).to_dict()
+
+
+def _ensemble_record(translator, sources):
+    """The config.json `ensemble` entry: per member its `source` (the basename of the path
+    it was loaded from, or None), the vocabulary's SHA-256 and its ModelConfig."""
+    digest = hashlib.sha256(translator.sentencepiece_model).hexdigest()
+    return [{"source": source, "vocabulary_sha256": digest, "model": m.model_config.to_dict()}
+            for source, m in zip(sources, translator.models, strict=True)]
 
 
 def export_translator(translator, export_dir, config=None, version=None,
@@ -271,6 +289,17 @@ _INHERITED_OPTIONS = ("beam_size", "alpha", "extra_length", "max_input_tokens",
                      "max_output_tokens")
 
 
+def _with_source_options(record, options):
+    """`options` without its None values, the unset _INHERITED_OPTIONS taken from the
+    decoding options of `record` (a SavedModel's config asset; a run dir has none)."""
+    source = {} if record.decoding is None else record.decoding.to_dict()
+    options = dict(options)
+    for name in _INHERITED_OPTIONS:
+        if options.get(name) is None and name in source:
+            options[name] = source[name]
+    return {name: value for name, value in options.items() if value is not None}
+
+
 def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
                        num_batch_threads=None, shortlist=None, shortlist_data=None,
                        shortlist_max_pairs=None, **options):
@@ -280,13 +309,90 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
     :func:`_make_translator`'s. Beam size, α, extra length and token limits not given
     (or None) are the source's (its config asset's `decoding`)."""
     model, record, spm_bytes = load_saved_model_weights(version_dir, precision=precision)
-    source = {} if record.decoding is None else record.decoding.to_dict()
-    for name in _INHERITED_OPTIONS:
-        if options.get(name) is None and name in source:
-            options[name] = source[name]
-    options = {name: value for name, value in options.items() if value is not None}
+    options = _with_source_options(record, options)
     table = _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
     translator = _make_translator(model, record, spm_bytes, shortlist=table, **options)
     return export_translator(translator, export_dir, config=record, version=version,
+                             num_batch_threads=num_batch_threads)
+
+
+def _member_record(source):
+    """The :class:`RunRecord` of a trained model (a :class:`tfxformer.pretrained.Source`):
+    its run dir's config.json, its SavedModel's config asset, or a preset dir's model."""
+    if source.kind == "run_dir":
+        return RunRecord.from_dict(rundir.read_config(source.path))
+    if source.kind == "saved_model":
+        with open(os.path.join(source.path, "assets", CONFIG_FILENAME), encoding="utf-8") as f:
+            return RunRecord.from_dict(json.load(f))
+    return RunRecord(model=source.model, preset=source.preset)
+
+
+def _source_name(path):
+    """A member's `source` in config.json: the last component of its path (after the
+    export dir's name for a version dir: "en_de/3")."""
+    parts = os.path.normpath(os.path.abspath(os.fspath(path))).split(os.sep)
+    return "/".join(parts[-2:]) if parts[-1].isdigit() else parts[-1]
+
+
+def _check_vocabularies(paths, sources):
+    """Raises ValueError unless every member has the first one's spm.model, byte for
+    byte, and its vocabulary size; returns those bytes."""
+    first = sources[0].spm_bytes
+    for path, source in zip(paths[1:], sources[1:], strict=True):
+        if source.spm_bytes != first:
+            raise ValueError(
+                f"The models of an ensemble must share one vocabulary, but the {SPM_FILENAME} "
+                f"of {paths[0]!r} (SHA-256 {hashlib.sha256(first).hexdigest()[:12]}...) and "
+                f"of {path!r} (SHA-256 "
+                f"{hashlib.sha256(source.spm_bytes).hexdigest()[:12]}...) differ.")
+        if source.model.vocab_size != sources[0].model.vocab_size:
+            raise ValueError(
+                f"The models of an ensemble must share one vocabulary size: "
+                f"{sources[0].model.vocab_size} in {paths[0]!r}, {source.model.vocab_size} "
+                f"in {path!r}.")
+    return first
+
+
+def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_length=None,
+                    max_batch_size=None, version=None, precision="fp32",
+                    max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
+                    shortlist=None, shortlist_data=None, shortlist_max_pairs=None):
+    """Exports one SavedModel that decodes with every model of `member_paths` at once:
+    beam search on their averaged probabilities (:mod:`tfxformer.decoding.ensemble`).
+
+    Each member is any trained model :func:`tfxformer.pretrained.load_model` reads (a run
+    dir, its averaged checkpoint first; a SavedModel export or version dir of one model; a
+    preset dir); all must have the same spm.model, byte for byte. The signatures, warm-up
+    records and batching_parameters.txt are those of a one-model export; config.json is
+    the first member's record (its training settings; a SavedModel's decoding options
+    unless given) and `ensemble`: per member its `source` (the basename of its path),
+    `vocabulary_sha256` and `model`. Options as :func:`export_run_dir`'s; the shortlist
+    table is built from the first member's training data (or `shortlist_data`).
+
+    Raises:
+        ValueError: fewer than two members, vocabularies that differ (naming both paths),
+            a bad precision, or a member that is no model of this package.
+        FileNotFoundError: a member path does not exist.
+    """
+    paths = [os.fspath(p) for p in member_paths]
+    if len(paths) < 2:
+        raise ValueError(f"An ensemble needs at least 2 models, got {len(paths)}: {paths}.")
+    if precision not in PRECISION_POLICIES:
+        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
+    sources = [pretrained.resolve(p) for p in paths]
+    spm_bytes = _check_vocabularies(paths, sources)
+    dtype = {} if precision == "fp32" else {"dtype": PRECISION_POLICIES[precision]}
+    models = [pretrained.load_model(p, **dtype) for p in paths]
+    record = _member_record(sources[0])
+    options = _with_source_options(record, dict(
+        beam_size=beam_size, alpha=alpha, extra_length=extra_length,
+        max_batch_size=max_batch_size, max_input_tokens=max_input_tokens,
+        max_output_tokens=max_output_tokens))
+    table = _shortlist_for(record, spm_bytes, models[0], shortlist, shortlist_data,
+                           shortlist_max_pairs)
+    translator = _make_translator(models, record, spm_bytes, shortlist=table, **options)
+    config = {**record.to_dict(),
+              "ensemble": _ensemble_record(translator, [_source_name(p) for p in paths])}
+    return export_translator(translator, export_dir, config=config, version=version,
                              num_batch_threads=num_batch_threads)

@@ -10,6 +10,7 @@ import tensorflow as tf
 from tfxformer.config import DecodingOptions
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding import beam_search
+from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.shortlist import check_table, shortlist_ids
 from tfxformer.ids import EOS_ID
 
@@ -63,7 +64,12 @@ class Translator(tf.Module):
     flagged in `truncated`; an empty batch gives empty outputs. Each output is valid UTF-8.
 
     Args:
-        model: a built or unbuilt :class:`tfxformer.Transformer` with trained weights.
+        model: a built or unbuilt :class:`tfxformer.Transformer` with trained weights, or
+            a list or tuple of them sharing the vocabulary: an ensemble, whose beam search
+            scores each step with the members' averaged probabilities
+            (:mod:`tfxformer.decoding.ensemble`) and whose limits are those of the
+            smallest position table. `models` lists the members; `model` is the one model,
+            or that list.
         sentencepiece_model: the bytes of `spm.model` (ids pad 0, unk 1, bos 2, eos 3).
         beam_size, alpha, extra_length: decoding defaults (None: those of
             :class:`tfxformer.config.DecodingOptions`, 4, 0.6, 50: §6.1, output length
@@ -104,15 +110,18 @@ class Translator(tf.Module):
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
             raise ValueError("`sentencepiece_model` must be the non-empty bytes of spm.model, "
                              f"got {type(sentencepiece_model).__name__}.")
-        if not model.built:
-            model.build()
-        self.model = model
+        models = members(model)
+        positions = check_members(models)
+        for member in models:
+            if not member.built:
+                member.build()
+        self.models = models  # tracked: every member's variables are the module's
+        self.model = models[0] if len(models) == 1 else self.models
         self.sentencepiece_model = sentencepiece_model  # also written as an export asset
         options = DecodingOptions().replace(
             beam_size=beam_size, alpha=alpha, extra_length=extra_length,
             batch_size=max_batch_size, max_input_tokens=max_input_tokens,
             max_output_tokens=max_output_tokens).validate()
-        positions = model.model_config.max_positions
         self.options = options.replace(
             max_input_tokens=min(positions, options.max_input_tokens),
             max_output_tokens=min(positions, options.max_output_tokens))
@@ -123,7 +132,7 @@ class Translator(tf.Module):
         self.max_output_tokens = self.options.max_output_tokens
         self.shortlist_info = None
         if shortlist is not None:
-            table = check_table(shortlist, int(model.model_config.vocab_size))
+            table = check_table(shortlist, int(models[0].model_config.vocab_size))
             self.shortlist_info = dict(table.info, table_shape=list(table.table.shape),
                                        frequent_ids=int(table.frequent.size))
             self.shortlist_table = tf.Variable(table.table, trainable=False,
