@@ -13,7 +13,7 @@ time here (--inter-op 1), so op durations do not overlap and sum to about the wa
   python bench/profile_ops.py --what train --steps 2
   python bench/profile_ops.py --what beam --steps 2
   python bench/profile_ops.py --what train --preset tiny --vocab-size 1000   # smoke test
-  python bench/profile_ops.py --what translate --model saved_models/multi30k_en_de/4 \
+  python bench/profile_ops.py --what translate --model saved_models/multi30k_en_de/5 \
       --text ../shared/data/multi30k/test_2016_flickr.en --batch-size 64 --steps 3
 
 `--what translate` profiles a SavedModel translator (strings in, strings out: the

@@ -1,7 +1,7 @@
 """Export a trained run dir (or re-export a SavedModel of this package) for TF Serving.
 
     python scripts/export.py --model runs/base --export-dir saved_models/en_de
-    python scripts/export.py --model saved_models/multi30k_en_de/4 \
+    python scripts/export.py --model saved_models/multi30k_en_de/5 \
         --export-dir saved_models/multi30k_en_de          # re-export with today's code
                                   # (beam, α and limits: the source's unless flags say)
     python scripts/export.py --model runs/base --export-dir /tmp/en_de \
