@@ -39,16 +39,22 @@ generated (`suppress_sequences`), sentences sorted by length in batches of 64, e
 `max_decoding_length` = min(max_output_tokens, longest source + extra_length) (ours is per
 sentence; equal while no output runs past its own source + 50).
 
-Timing: per system and set, one untimed warm-up call on the first 64 sentences, then
---repeats calls on the whole set; sentences/s and target tokens/s (SentencePiece pieces of
-the output text, EOS not counted, the same count for every system) over the median call;
-cased sacreBLEU (13a).
-Threads: every worker is pinned to --cpus (default: all); CT2 intra_threads = --threads
-(default: the number of those cores), inter_threads 1; TensorFlow its default (it sizes its
-pools from the same affinity mask). On a machine where another job holds a core, pin both
-sides to the free ones: CT2 with more threads than free cores stalls (64 sentences, core 0
-busy with a training: 37.5 s and 50.6 s with 2 threads vs 0.18 s with 1;
-bench/results/translate_real.log, bench/README.md).
+Timing: per system, set, mode and batch size, one untimed warm-up call on the first 64
+sentences, then --repeats passes over the whole set; sentences/s and target tokens/s
+(SentencePiece pieces of the output text, EOS not counted, the same count for every system)
+over the median pass: the machine's throughput; cased sacreBLEU (13a).
+Threads (--modes): every worker is pinned to --cpus (default: all). single: one call (TF:
+the whole set, which the translator sorts and decodes in chunks of its batch size) or one
+batch (CT2) at a time, CT2 intra_threads = --threads (default: the number of those cores),
+inter_threads 1, TensorFlow its default pools (sized from the same affinity mask).
+concurrent: each system at its serving setting: the set sorted by length and cut into
+batches of --batch-sizes S; TF: one caller thread per core, each calling serving_default
+on its own batches, intra-op parallelism 1, inter-op threads = cores (TF Serving's CPU
+setting: num_batch_threads = cores, --tensorflow_intra_op_parallelism=1); CT2: every batch
+submitted asynchronously, inter_threads = cores, intra_threads 1. On a machine where
+another job holds a core, pin both sides to the free ones: CT2 with more threads than free
+cores stalls (64 sentences, core 0 busy with a training: 37.5 s and 50.6 s with 2 threads
+vs 0.18 s with 1).
 
 Environments: the TF part runs in the project venv (PYTHONPATH = repo root), the CT2 part
 in its own venv, no TensorFlow, named by --ct2-python or TFXFORMER_CT2_PYTHON:
@@ -57,8 +63,9 @@ in its own venv, no TensorFlow, named by --ct2-python or TFXFORMER_CT2_PYTHON:
   export TFXFORMER_CT2_PYTHON=CT2_VENV/bin/python
 Run (from the repo root, with the project's python):
   PYTHONPATH=$PWD python bench/translate_real.py [--limit N] [--sets ...] [--systems ...] \
-      [--ct2-python CT2_VENV/bin/python]
-Prints one JSON line per system and set: {"system", "set", "sentences_per_second",
+      [--modes single concurrent] [--batch-sizes 16 64 256] [--ct2-python CT2_VENV/bin/python]
+Prints one JSON line per system, set, mode and batch size: {"system", "set", "mode",
+"batch_size", "sentences_per_second",
 "target_tokens_per_second", "bleu", "peak_rss_mib"}; details go to stderr.
 """
 
@@ -81,6 +88,7 @@ EXPORT_DIR = os.path.join(REPO, "saved_models", "multi30k_en_de")
 SYSTEMS = ("tfxformer-fp32", "tfxformer-best", "tfxformer-shortlist", "ct2-float32",
            "ct2-int8")
 DEFAULT_SHORTLIST = "20,1000"  # BLEU 0.07 below the full vocabulary (docs/serving.md)
+MODES = ("single", "concurrent")
 SETS = {"test_2016_flickr": ("multi30k", "test_2016_flickr"),
         "newstest2014": ("wmt14", "newstest2014")}
 BEAM, ALPHA, BATCH = 4, 0.6, 64
@@ -211,7 +219,8 @@ def _report(args, hypotheses, references, seconds, sp, extra):
     import sacrebleu
 
     tokens = sum(len(sp.encode(h)) for h in hypotheses)
-    row = {"system": args.system, "set": args.set,
+    row = {"system": args.system, "set": args.set, "mode": args.mode,
+           "batch_size": args.batch_size,
            "sentences_per_second": round(len(hypotheses) / seconds, 2),
            "target_tokens_per_second": round(tokens / seconds, 1),
            "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
@@ -224,31 +233,82 @@ def _report(args, hypotheses, references, seconds, sp, extra):
     print(json.dumps({"result": row, "detail": detail}), flush=True)
 
 
+def length_chunks(lengths, size):
+    """Indices of the sentences sorted by `lengths`, in calls of at most `size` (the way
+    a client that batches by length, or a batching server, groups them)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[b: b + size] for b in range(0, len(order), size)]
+
+
+def run_calls(translate_chunk, chunks, workers):
+    """Hypotheses in input order: `translate_chunk(indices) -> texts` on every chunk, by
+    `workers` callers at once (1: one after the other)."""
+    total = sum(len(c) for c in chunks)
+    output = [None] * total
+    if workers == 1:
+        results = map(translate_chunk, chunks)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(translate_chunk, chunks))
+    for rows, texts in zip(chunks, results, strict=True):
+        for i, text in zip(rows, texts, strict=True):
+            output[i] = text
+    return output
+
+
 def tf_worker(args):
-    """Translates one set through `serving_default` of args.model."""
+    """Translates one set through `serving_default` of args.model.
+
+    single: the whole set in one call (the translator sorts it by length and decodes it in
+    chunks of its export's batch size), TensorFlow's default thread pools. concurrent: the
+    set sorted by length and cut into calls of --batch-size sentences, one caller per core
+    at once, intra-op parallelism 1 and one inter-op thread per core: TF Serving's CPU
+    setting (num_batch_threads = cores, --tensorflow_intra_op_parallelism=1).
+    """
     import sentencepiece
     import tensorflow as tf
     import tensorflow_text  # noqa: F401
 
+    workers = len(args.cpu_set) if args.mode == "concurrent" else 1
+    if args.mode == "concurrent":
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(workers)
     sources, references = read_set(args.set, args.limit)
-    fn = tf.saved_model.load(args.model).signatures["serving_default"]
-    fn(text=tf.constant(sources[:WARMUP]))
-
-    def call():
-        out = fn(text=tf.constant(sources))
-        return [t.decode("utf-8") for t in out["translation"].numpy()], out
-
-    seconds, times, (hypotheses, out) = _timed(call, args.repeats)
     sp = sentencepiece.SentencePieceProcessor(
         model_file=os.path.join(args.model, "assets", "spm.model"))
+    fn = tf.saved_model.load(args.model).signatures["serving_default"]
+    fn(text=tf.constant(sources[:WARMUP]))
+    truncated = []
+
+    def translate_chunk(rows):
+        out = fn(text=tf.constant([sources[i] for i in rows]))
+        truncated.append(int(out["truncated"].numpy().sum()))
+        return [t.decode("utf-8") for t in out["translation"].numpy()]
+
+    if args.mode == "single":
+        chunks = [list(range(len(sources)))]
+    else:
+        chunks = length_chunks([len(sp.encode(line)) for line in sources], args.batch_size)
+    seconds, times, hypotheses = _timed(
+        lambda: run_calls(translate_chunk, chunks, workers), args.repeats)
     _report(args, hypotheses, references, seconds, sp,
             {"model": os.path.relpath(args.model, REPO) if args.model.startswith(REPO)
-             else args.model, "truncated": int(out["truncated"].numpy().sum()),
-             "seconds_all": times})
+             else args.model, "truncated": sum(truncated[-len(chunks):]),
+             "seconds_all": times, "callers": workers,
+             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()})
 
 
 def ct2_worker(args):
-    """Translates one set with the CT2 model of args.ct2_dir (CT2 venv)."""
+    """Translates one set with the CT2 model of args.ct2_dir (CT2 venv).
+
+    The set sorted by length, in batches of --batch-size sentences. single: one batch
+    after the other, intra_threads = --threads, inter_threads 1. concurrent: every batch
+    submitted at once (`asynchronous=True`), inter_threads = cores, intra_threads 1: the
+    setting CTranslate2 recommends for throughput on a CPU.
+    """
     import ctranslate2
     import sentencepiece
 
@@ -256,33 +316,38 @@ def ct2_worker(args):
         limits = json.load(f)
     sources, references = read_set(args.set, args.limit)
     sp = sentencepiece.SentencePieceProcessor(model_file=args.spm)
+    concurrent = args.mode == "concurrent"
+    inter, intra = (len(args.cpu_set), 1) if concurrent else (1, args.threads)
     translator = ctranslate2.Translator(
         args.ct2_dir, device="cpu", compute_type=args.system.split("-", 1)[1],
-        inter_threads=1, intra_threads=args.threads)
+        inter_threads=inter, intra_threads=intra)
 
     def translate(lines):
         tokens = [sp.encode(line, out_type=str)[: limits["max_input_tokens"] - 1] + ["</s>"]
                   for line in lines]
-        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
-        output = [None] * len(tokens)
-        for b in range(0, len(order), BATCH):
-            rows = order[b: b + BATCH]
+        chunks = length_chunks([len(t) for t in tokens], args.batch_size)
+        pending = []
+        for rows in chunks:
             longest = max(len(tokens[i]) for i in rows)
             results = translator.translate_batch(
                 [tokens[i] for i in rows], beam_size=limits["beam_size"],
-                length_penalty=limits["alpha"],
+                length_penalty=limits["alpha"], asynchronous=concurrent,
                 max_batch_size=0, max_input_length=0, suppress_sequences=[["<pad>"], ["<s>"]],
                 max_decoding_length=min(limits["max_output_tokens"],
                                         longest + limits["extra_length"]))
+            pending.append((rows, results))
+        output = [None] * len(tokens)
+        for rows, results in pending:
             for i, r in zip(rows, results, strict=True):
-                output[i] = sp.decode_pieces(r.hypotheses[0])
+                output[i] = sp.decode_pieces((r.result() if concurrent else r).hypotheses[0])
         return output
 
     translate(sources[:WARMUP])
     seconds, times, hypotheses = _timed(lambda: translate(sources), args.repeats)
     _report(args, hypotheses, references, seconds, sp,
             {"ct2_version": ctranslate2.__version__, "seconds_all": times,
-             "compute_type_resolved": translator.compute_type, "intra_threads": args.threads,
+             "compute_type_resolved": translator.compute_type, "intra_threads": intra,
+             "inter_threads": inter,
              "cpu_isa_env": os.environ.get("CT2_FORCE_CPU_ISA", "(auto)")})
 
 
@@ -299,7 +364,8 @@ def _run(cmd, env=None):
 
 
 def prepare(args, tmp):
-    """npz, CT2 model dir and bf16 export, each made in its own process; -> paths."""
+    """npz, CT2 model dir and the re-exports (per system and batch size), each made in its
+    own process; -> paths."""
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     paths = {"fp32": args.model, "spm": os.path.join(args.model, "assets", "spm.model"),
              "ct2": os.path.join(tmp, "ct2"), "limits": os.path.join(tmp, "limits.json")}
@@ -316,21 +382,33 @@ def prepare(args, tmp):
              env)
         _run([args.ct2_python, __file__, "--role", "ct2-build", "--npz", npz,
               "--spm", paths["spm"], "--out", paths["ct2"]])
-    exports = {"tfxformer-best": ("best", args.best_precision, args.best_shortlist),
+    exports = {"tfxformer-fp32": ("fp32", "fp32", None),
+               "tfxformer-best": ("best", args.best_precision, args.best_shortlist),
                "tfxformer-shortlist": ("shortlist", "fp32", args.shortlist)}
     for system, (name, precision, shortlist) in exports.items():
         if system not in args.systems:
             continue
-        flags = ["--shortlist", shortlist, "--shortlist-data",
-                 os.path.join(DATA, "multi30k")] if shortlist else []
-        out = _run([args.tf_python, os.path.join(REPO, "scripts", "export.py"), "--model",
-                    args.model, "--export-dir", os.path.join(tmp, name), "--precision",
-                    precision, "--max-input-tokens", str(limits["max_input_tokens"]),
-                    "--max-output-tokens", str(limits["max_output_tokens"]),
-                    "--extra-length", str(limits["extra_length"]), *flags], env)
-        paths[name] = out.strip().splitlines()[-1]
+        for size in args.batch_sizes:
+            if name == "fp32" and size == decoding.get("batch_size", BATCH):
+                paths[name, size] = args.model  # the shipped export as it is
+                continue
+            paths[name, size] = _export(args, env, os.path.join(tmp, f"{name}_{size}"),
+                                        precision, shortlist, size, limits)
     log(f"limits {limits}")
     return paths, env
+
+
+def _export(args, env, export_dir, precision, shortlist, batch_size, limits):
+    """The model's variables re-exported with these options; -> the version dir."""
+    flags = ["--shortlist", shortlist, "--shortlist-data",
+             os.path.join(DATA, "multi30k")] if shortlist else []
+    out = _run([args.tf_python, os.path.join(REPO, "scripts", "export.py"), "--model",
+                args.model, "--export-dir", export_dir, "--precision", precision,
+                "--batch-size", str(batch_size),
+                "--max-input-tokens", str(limits["max_input_tokens"]),
+                "--max-output-tokens", str(limits["max_output_tokens"]),
+                "--extra-length", str(limits["extra_length"]), *flags], env)
+    return out.strip().splitlines()[-1]
 
 
 def drive(args):
@@ -341,37 +419,45 @@ def drive(args):
         paths, env = prepare(args, tmp)
         if args.hypotheses_dir:
             os.makedirs(args.hypotheses_dir, exist_ok=True)
-        for name in args.sets:
-            for system in args.systems:
-                hyp = os.path.join(args.hypotheses_dir or tmp, f"{system}.{name}.txt")
-                common = ["--role", "worker", "--system", system, "--set", name,
-                          "--hypotheses", hyp, "--repeats", str(args.repeats)]
-                common += ["--limit", str(args.limit)] if args.limit else []
-                common += ["--cpus", args.cpus] if args.cpus else []
-                if system.startswith("ct2"):
-                    cmd = [args.ct2_python, __file__, *common, "--ct2-dir", paths["ct2"],
-                           "--spm", paths["spm"], "--limits", paths["limits"],
-                           "--threads", str(args.threads)]
-                else:
-                    model = paths[system.split("-", 1)[1]]
-                    cmd = [args.tf_python, __file__, *common, "--model", model]
-                out = json.loads(_run(cmd, env).strip().splitlines()[-1])
-                log(f"detail {system} {name}: {json.dumps(out['detail'])}")
-                print(json.dumps(out["result"]), flush=True)
-                rows.append(out["result"])
+        runs = [(name, mode, size, system) for name in args.sets for mode in args.modes
+                for size in args.batch_sizes for system in args.systems]
+        for name, mode, size, system in runs:
+            hyp = os.path.join(args.hypotheses_dir or tmp,
+                               f"{system}.{mode}.{size}.{name}.txt")
+            common = ["--role", "worker", "--system", system, "--set", name,
+                      "--hypotheses", hyp, "--repeats", str(args.repeats), "--modes", mode,
+                      "--batch-sizes", str(size)]
+            common += ["--limit", str(args.limit)] if args.limit else []
+            common += ["--cpus", args.cpus] if args.cpus else []
+            if system.startswith("ct2"):
+                cmd = [args.ct2_python, __file__, *common, "--ct2-dir", paths["ct2"],
+                       "--spm", paths["spm"], "--limits", paths["limits"],
+                       "--threads", str(args.threads)]
+            else:
+                cmd = [args.tf_python, __file__, *common, "--model",
+                       paths[system.split("-", 1)[1], size]]
+            out = json.loads(_run(cmd, env).strip().splitlines()[-1])
+            log(f"detail {system} {name}: {json.dumps(out['detail'])}")
+            print(json.dumps(out["result"]), flush=True)
+            rows.append(out["result"])
     log(f"uptime after: {_uptime()}")
     check_agreement(rows)
 
 
 def check_agreement(rows):
-    """fp32 tfxformer and fp32 CT2 agree within AGREEMENT_BLEU on test_2016 (else exit 1)."""
-    bleu = {r["system"]: r["bleu"] for r in rows if r["set"] == "test_2016_flickr"}
-    if "tfxformer-fp32" in bleu and "ct2-float32" in bleu:
-        gap = abs(bleu["tfxformer-fp32"] - bleu["ct2-float32"])
-        log(f"test_2016 BLEU gap tfxformer-fp32 vs ct2-float32: {gap:.2f} "
-            f"(allowed {AGREEMENT_BLEU})")
-        if gap > AGREEMENT_BLEU:
-            raise SystemExit(f"The conversion is not faithful: BLEU {bleu}.")
+    """fp32 tfxformer and fp32 CT2 agree within AGREEMENT_BLEU on test_2016, for each mode
+    and batch size run (else exit 1)."""
+    bleu = {}
+    for r in rows:
+        if r["set"] == "test_2016_flickr":
+            bleu.setdefault((r["mode"], r["batch_size"]), {})[r["system"]] = r["bleu"]
+    for setting, by_system in bleu.items():
+        if "tfxformer-fp32" in by_system and "ct2-float32" in by_system:
+            gap = abs(by_system["tfxformer-fp32"] - by_system["ct2-float32"])
+            log(f"test_2016 BLEU gap tfxformer-fp32 vs ct2-float32 at {setting}: {gap:.2f} "
+                f"(allowed {AGREEMENT_BLEU})")
+            if gap > AGREEMENT_BLEU:
+                raise SystemExit(f"The conversion is not faithful: BLEU {by_system}.")
 
 
 def _uptime():
@@ -385,6 +471,17 @@ def parse_args(argv=None):
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     ap.add_argument("--limit", type=int, help="first N sentences of each set (default: all)")
+    ap.add_argument("--modes", nargs="+", default=["single"], choices=MODES,
+                    help="how each system uses the cores: single = one call (TF) or one "
+                         "batch (CT2) at a time, each spread over the cores' threads; "
+                         "concurrent = one call or batch per core at once, one thread each "
+                         "(TF Serving's num_batch_threads = cores with intra-op parallelism "
+                         "1; CT2's inter_threads = cores, intra_threads 1) (default: single)")
+    ap.add_argument("--batch-sizes", nargs="+", type=int, default=[BATCH], metavar="S",
+                    help=f"sentences per batch to sweep, e.g. 16 64 256: the exports' in-graph "
+                         f"batch size (the shipped model re-exported with --batch-size S "
+                         f"where S differs from its own) and the size of each call in "
+                         f"concurrent mode; CT2's batch size (default: {BATCH})")
     ap.add_argument("--model", help="translator SavedModel version dir (default: the highest "
                     "version of saved_models/multi30k_en_de)")
     ap.add_argument("--cpus", help="CPU list every worker is pinned to, e.g. 1 or 0-3 "
@@ -418,6 +515,10 @@ def parse_args(argv=None):
                  f"TFXFORMER_CT2_PYTHON (got {args.ct2_python!r}; make one with `python3.11 -m "
                  "venv CT2_VENV && CT2_VENV/bin/pip install ctranslate2 sentencepiece numpy "
                  "sacrebleu`), or leave them out with --systems")
+    if any(size < 1 for size in args.batch_sizes):
+        ap.error(f"--batch-sizes must be >= 1, got {args.batch_sizes}.")
+    args.batch_size = args.batch_sizes[0]  # a worker's
+    args.mode = args.modes[0]
     if args.limit is not None and args.limit < 1:
         ap.error(f"--limit must be >= 1, got {args.limit}.")
     if args.cpus:
