@@ -7,12 +7,15 @@
 #   2. real text: bench/translate_real.py on test_2016_flickr and newstest2014 (shipped
 #      fp32, best = re-export + shortlist, ct2 float32, ct2 int8) on all cores, and on
 #      test_2016_flickr pinned to core 0 (one thread each);
+#   2b. each system at its best thread setting (best_*: concurrent callers or batches,
+#      one per core, one thread each; sentences per batch swept), both sets;
 #   3. XLA on real text (bench/studies/xla_real.py) and the memory breakdown
 #      (bench/decode_memory.py).
 # Logs: bench/results/real_text/<name>.log (each ends with its JSON line(s)); `uptime`
 # before every run goes to bench/results/real_text/load.log.
 #   bash bench/real_text.sh            # everything
 #   bash bench/real_text.sh 'decode'   # only runs whose name matches the regex
+#   bash bench/real_text.sh '^best_'   # the best-setting runs only (~20 min)
 # Environments: PY = the project's python (default: python), TFXFORMER_CT2_PYTHON = the
 # python of a CTranslate2 venv (required; see bench/translate_real.py's docstring).
 set -euo pipefail
@@ -55,6 +58,21 @@ run translate_real "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats
 run translate_real_1core "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats 3 \
     --sets test_2016_flickr --cpus 0 \
     --systems tfxformer-fp32 tfxformer-best ct2-float32 ct2-int8 --best-shortlist "$SHORTLIST"
+# Each system at its best thread setting (translate_real.py --modes): test_2016 swept over
+# 16 / 64 / 256 sentences per batch with one caller (TF) or batch (CT2) per core, one thread
+# each; then both sets at 64, each mode; then the TF systems without oneDNN.
+BEST_SYSTEMS="tfxformer-fp32 tfxformer-best ct2-float32 ct2-int8"
+run best_sweep_test2016 "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats 3 \
+    --sets test_2016_flickr --modes concurrent --batch-sizes 16 64 256 \
+    --systems $BEST_SYSTEMS --best-shortlist "$SHORTLIST"
+run best_single_test2016 "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats 3 \
+    --sets test_2016_flickr --modes single --systems $BEST_SYSTEMS --best-shortlist "$SHORTLIST"
+run best_news1000 "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats 3 \
+    --sets newstest2014 --limit 1000 --modes concurrent single \
+    --systems $BEST_SYSTEMS --best-shortlist "$SHORTLIST"
+run best_eigen_test2016 env TF_ENABLE_ONEDNN_OPTS=0 "$PY" bench/translate_real.py --repeats 3 \
+    --sets test_2016_flickr --modes concurrent --systems tfxformer-fp32 tfxformer-best \
+    --best-shortlist "$SHORTLIST"
 run xla_real       "$PY" bench/studies/xla_real.py --limit 320 --repeats 3
 run decode_memory_fp32 "$PY" bench/decode_memory.py
 run decode_memory_best "$PY" bench/decode_memory.py --best

@@ -7,7 +7,9 @@
           records replayed, the whole set translated.
   cpp     tests/cpp/serve_saved_model.cc: the session-based C++ loader TF Serving uses
           (`tensorflow::LoadSavedModel`, `Session::Run` per request), compiled here against
-          the installed wheel (g++); it replays the same warm-up records and requests.
+          the installed wheel (g++); it replays the same warm-up records and requests and
+          reports its resident MiB with the runtime loaded, the SavedModel loaded, and after
+          each of the two.
 
 Both translate --set in requests of --batch-size sentences through `serving_default`, each
 in its own child process; the figure is the child's peak RSS (`wait4` rusage, ru_maxrss).
@@ -157,7 +159,13 @@ def main(argv=None) -> int:
             for loader in args.loaders:
                 env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, **variant)
                 out, peak = _child(commands[loader], env)
-                stages = json.loads(out.strip().splitlines()[-1]) if loader == "python" else None
+                if loader == "python":
+                    stages = json.loads(out.strip().splitlines()[-1])
+                else:  # "rss_mib STAGE MiB" lines: after_1 = warm-up, after_2 = the set
+                    names = {"after_1": "warm_up", "after_2": "set_translated"}
+                    stages = {names.get(f[1], f[1]): round(float(f[2]), 1)
+                              for f in (line.split() for line in out.splitlines())
+                              if f[:1] == ["rss_mib"]}
                 print(json.dumps({"loader": loader, "env": variant, "model": args.model,
                                   "set": args.set, "requests": count,
                                   "batch_size": args.batch_size, "peak_rss_mib": peak,

@@ -8,9 +8,12 @@
 // runs through the SignatureDef it names (Session::Run with the signature's tensor names),
 // as TF Serving's warm-up does at load. OUTPUT_TFRECORD gets, per request and per output key
 // in sorted order, a record "<signature>/<key>" then the output's serialized TensorProto.
+// Stdout: "rss_mib STAGE MiB" lines (resident memory with the runtime and op library
+// loaded, with the SavedModel loaded, after each REQUESTS_TFRECORD), then "ran N requests".
 // The PredictionLog is read field by field with protobuf's CodedInputStream, since the
 // wheel has no generated C++ classes for the tensorflow_serving protos.
 #include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
@@ -92,6 +95,17 @@ bool ParsePredictionLog(const std::string& record, Request* request) {
   return !request->inputs.empty();
 }
 
+// "rss_mib STAGE MiB" on stdout: this process's resident memory (VmRSS) at STAGE.
+void ReportResident(const std::string& stage) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::cout << "rss_mib " << stage << " " << std::stol(line.substr(6)) / 1024.0 << std::endl;
+    }
+  }
+}
+
 int Fail(const std::string& message) {
   std::cerr << "error: " << message << std::endl;
   return 1;
@@ -107,12 +121,14 @@ int main(int argc, char** argv) {
   TF_LoadLibrary(argv[1], status);
   if (TF_GetCode(status) != TF_OK) return Fail(std::string("TF_LoadLibrary: ") + TF_Message(status));
   TF_DeleteStatus(status);
+  ReportResident("runtime");
 
   tensorflow::SavedModelBundle bundle;
   tensorflow::Status loaded = tensorflow::LoadSavedModel(
       tensorflow::SessionOptions(), tensorflow::RunOptions(), argv[2],
       {"serve"}, &bundle);
   if (!loaded.ok()) return Fail("LoadSavedModel: " + loaded.ToString());
+  ReportResident("loaded");
   const auto& signatures = bundle.meta_graph_def.signature_def();
 
   std::unique_ptr<tensorflow::WritableFile> file;
@@ -156,6 +172,7 @@ int main(int argc, char** argv) {
       }
       ++count;
     }
+    ReportResident("after_" + std::to_string(i - 3));
   }
   if (!writer.Close().ok() || !file->Close().ok()) return Fail("cannot close output");
   std::cout << "ran " << count << " requests" << std::endl;
