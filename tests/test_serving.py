@@ -394,10 +394,14 @@ def test_each_signature_graph_is_saved_once(export_dir):
 def test_batching_parameters_example(export_dir):
     path = os.path.join(export_dir, "1", "assets.extra", "batching_parameters.txt")
     with open(path, encoding="utf-8") as f:
-        fields = dict(re.findall(r"^(\w+) \{ value: (\d+) \}$", f.read(), re.M))
+        text = f.read()
+    fields = dict(re.findall(r"^(\w+) \{ value: (\d+) \}$", text, re.M))
     assert fields == {"max_batch_size": "3", "batch_timeout_micros": "1000",
                       "max_enqueued_batches": str(max(4, 4 * os.cpu_count())),
                       "num_batch_threads": str(os.cpu_count())}
+    # the server's thread flags that go with it: one batch per core, ops on one thread
+    assert (f"--tensorflow_intra_op_parallelism=1 "
+            f"--tensorflow_inter_op_parallelism={os.cpu_count()}") in text
 
 
 REPLAY = textwrap.dedent("""

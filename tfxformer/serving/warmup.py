@@ -113,13 +113,18 @@ def read_warmup_records(path):
 
 def batching_parameters(max_batch_size, num_batch_threads=None,
                         batch_timeout_micros=_BATCH_TIMEOUT_MICROS):
-    """An example `--batching_parameters_file` (text BatchingParameters proto) for CPU."""
+    """An example `--batching_parameters_file` (text BatchingParameters proto) for CPU,
+    its comments giving the server's thread flags to use with it."""
     threads = num_batch_threads or os.cpu_count() or 1
     return (
-        "# tensorflow_model_server --enable_batching --batching_parameters_file=THIS_FILE\n"
+        "# tensorflow_model_server --enable_batching --batching_parameters_file=THIS_FILE \\\n"
+        f"#   --tensorflow_intra_op_parallelism=1 --tensorflow_inter_op_parallelism={threads}\n"
         "# CPU example written at export: num_batch_threads = the exporting machine's cores\n"
-        "# (set it to the server's); max_batch_size = the export's in-graph chunk size, so a\n"
-        "# batch is decoded in one go. Clients send at most max_batch_size texts a request.\n"
+        "# (set it and --tensorflow_inter_op_parallelism to the server's): one batch per core\n"
+        "# at a time, each op on one thread, the faster setting for a model this size\n"
+        "# (tfxformer's bench/README.md); max_batch_size = the export's in-graph chunk size,\n"
+        "# so a batch is decoded in one go. Clients send at most max_batch_size texts a\n"
+        "# request.\n"
         f"max_batch_size {{ value: {int(max_batch_size)} }}\n"
         f"batch_timeout_micros {{ value: {int(batch_timeout_micros)} }}\n"
         f"max_enqueued_batches {{ value: {max(4, 4 * threads)} }}\n"
