@@ -5,7 +5,7 @@ replays the warm-up records and a batch of PredictionLog requests with `Session:
 answers must equal `tf.saved_model.load`'s. The compiled program is cached (pytest cache)
 under a hash of its source and the compile flags."""
 
-import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -22,7 +22,8 @@ from tfxformer.serving.warmup import read_warmup_records, signature_inputs
 
 pytestmark = pytest.mark.slow  # compiles and runs a C++ program
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp", "serve_saved_model.cc")
+BENCH_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "bench", "serving_memory.py")
 TF_DIR = os.path.dirname(tf.__file__)
 OP_LIBRARY = os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops",
                           "_sentencepiece_tokenizer.so")
@@ -46,20 +47,11 @@ def program(request):
     reason = _missing()
     if reason:
         pytest.skip(f"C++ serving path not testable: {reason}")
-    compiler = shutil.which("g++") or shutil.which("c++")
-    flags = [*tf.sysconfig.get_compile_flags(), "-O1", "-w"]
-    links = [*tf.sysconfig.get_link_flags(), "-l:libtensorflow_cc.so.2", f"-Wl,-rpath,{TF_DIR}"]
-    with open(SOURCE, "rb") as f:
-        key = hashlib.sha256(f.read() + repr((compiler, flags, links, tf.__version__))
-                             .encode()).hexdigest()[:16]
-    binary = os.path.join(str(request.config.cache.mkdir("tfxformer_cpp")),
-                          f"serve_saved_model-{key}")
-    if not os.path.exists(binary):
-        result = subprocess.run([compiler, *flags, SOURCE, "-o", binary + ".tmp", *links],
-                                capture_output=True, timeout=600)
-        assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
-        os.replace(binary + ".tmp", binary)
-    return binary
+    # the one build of the program: bench/serving_memory.py's, cached in the pytest cache
+    spec = importlib.util.spec_from_file_location("serving_memory", BENCH_SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.build_program(str(request.config.cache.mkdir("tfxformer_cpp")))
 
 
 @pytest.fixture(scope="module")

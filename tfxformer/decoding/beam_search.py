@@ -279,9 +279,8 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
     """
     beam_size, alpha = _check_options(beam_size, alpha)
     shortlist = common.shortlist_tensor(shortlist, eos_id)
-    start = decoder(model, source_ids, beam_size, extra_length,
-                                max_output_length,
-                                static_cache, shortlist)
+    start = decoder(model, source_ids, beam_size, extra_length, max_output_length,
+                    static_cache, shortlist)
     out = sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,
                                static_cache=static_cache)
     if shortlist is None:

@@ -140,8 +140,8 @@ def greedy_decode(model, source_ids, extra_length=DEFAULTS.extra_length,
         :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,).
     """
     shortlist = common.shortlist_tensor(shortlist, eos_id)
-    start = decoder(model, source_ids, 1, extra_length, max_output_length,
-                                static_cache, shortlist)
+    start = decoder(model, source_ids, 1, extra_length, max_output_length, static_cache,
+                    shortlist)
     out = greedy_search(start, eos_id=eos_id, static_cache=static_cache)
     if shortlist is None:
         return out
