@@ -54,7 +54,7 @@ setting: num_batch_threads = cores, --tensorflow_intra_op_parallelism=1); CT2: e
 submitted asynchronously, inter_threads = cores, intra_threads 1. On a machine where
 another job holds a core, pin both sides to the free ones: CT2 with more threads than free
 cores stalls (64 sentences, core 0 busy with a training: 37.5 s and 50.6 s with 2 threads
-vs 0.18 s with 1).
+vs 0.18 s with 1; bench/results/translate_real.log).
 
 Environments: the TF part runs in the project venv (PYTHONPATH = repo root), the CT2 part
 in its own venv, no TensorFlow, named by --ct2-python or TFXFORMER_CT2_PYTHON:
