@@ -140,6 +140,9 @@ def main(argv=None) -> int:
         return 0
     if args.batch_size < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    bad = [item for entry in args.env for item in entry.split(",") if "=" not in item]
+    if bad:
+        parser.error(f"--env takes NAME=VALUE settings (several joined by commas), got {bad}")
     variants = [{}] + [dict(item.split("=", 1) for item in entry.split(",")) for entry in args.env]
     with open(os.path.join(args.data, f"{args.set}.{args.src}"), encoding="utf-8") as f:
         texts = [line.rstrip("\n") for line in f]
