@@ -25,21 +25,21 @@ METRICS = ("multi30k", "tokenized")
 
 
 def load(model_path, checkpoint=None, precision="fp32", batch_size=None, greedy=False,
-         beam_size=None, alpha=None):
+         beam_size=None, alpha=None, target_language=None):
     """Returns (path, {mode: translate(list[str]) -> list[str]}) for "beam" (and "greedy");
     beam_size/alpha None = the model's own (the export's, or the run's); batch_size None
-    = DecodingOptions'."""
+    = DecodingOptions'; `target_language`: a multilingual model's."""
     from tfxformer.serving import load_translate_fn
 
     defaults = DecodingOptions()
     batch_size = defaults.batch_size if batch_size is None else batch_size
-    beam = load_translate_fn(model_path, beam_size=beam_size, alpha=alpha,
-                             batch_size=batch_size, precision=precision, checkpoint=checkpoint)
+    common = dict(batch_size=batch_size, precision=precision, checkpoint=checkpoint,
+                  target_language=target_language)
+    beam = load_translate_fn(model_path, beam_size=beam_size, alpha=alpha, **common)
     translators = {"beam": beam}
     if greedy:
         translators["greedy"] = load_translate_fn(
-            model_path, beam_size=1, alpha=0.0, extra_length=defaults.extra_length,
-            batch_size=batch_size, precision=precision, checkpoint=checkpoint)
+            model_path, beam_size=1, alpha=0.0, extra_length=defaults.extra_length, **common)
     return beam.path, translators
 
 
@@ -66,6 +66,9 @@ def _parser():
     parser.add_argument("--src", default="en", help="source suffix (default: %(default)s)")
     parser.add_argument("--tgt", default="de", help="target suffix (default: %(default)s)")
     parser.add_argument("--greedy", action="store_true", help="also score greedy decoding")
+    parser.add_argument("--target-language", metavar="LANG",
+                        help="a multilingual model's target language (default: --tgt for "
+                             "such a model; not used for a model of one target)")
     parser.add_argument("--metric", choices=METRICS, action="append", default=[],
                         help="also score with this metric: multi30k = the literature's "
                         "Multi30k BLEU (lowercased, tokenized references in DATA/tok/); "
@@ -115,6 +118,19 @@ def _table(rows, multi30k, tokenized):
     print(f"\nsacreBLEU signature: {rows[0]['signature']}")
 
 
+def _target_language(args):
+    """--target-language, or --tgt where the model is multilingual (None otherwise)."""
+    if args.target_language is not None:
+        return args.target_language
+    from tfxformer.serving import target_languages_of
+
+    try:
+        languages = target_languages_of(args.model)
+    except (OSError, ValueError):
+        return None  # load() says what is wrong with the model path
+    return args.tgt if languages else None
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     from tfxformer.data.sources import iter_lines
@@ -128,7 +144,8 @@ def main(argv=None) -> int:
                        multi30k_references(args.data, name, args.tgt) if multi30k else None)
                 for name in args.sets}
         path, translators = load(args.model, args.checkpoint, args.precision,
-                                 args.batch_size, args.greedy, args.beam_size, args.alpha)
+                                 args.batch_size, args.greedy, args.beam_size, args.alpha,
+                                 _target_language(args))
     except (OSError, ValueError, ImportError) as error:
         print(f"evaluate.py: error: {error}", file=sys.stderr)
         return 2

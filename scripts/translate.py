@@ -64,6 +64,9 @@ def parse_args(argv=None):
     parser.add_argument("--extra-length", type=_int_at_least(0), metavar="N",
                         help="maximum output length = source tokens + N "
                              f"(default: the export's, else {defaults.extra_length})")
+    parser.add_argument("--target-language", metavar="LANG",
+                        help="the language a multilingual model translates into (one of "
+                             "its target languages, e.g. de; required for such a model)")
     return parser, parser.parse_args(argv)
 
 
@@ -88,7 +91,8 @@ def main(argv=None):
     try:
         translate = load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
                                       extra_length=args.extra_length,
-                                      batch_size=args.batch_size)
+                                      batch_size=args.batch_size,
+                                      target_language=args.target_language)
     except (FileNotFoundError, ValueError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(translate.describe(), file=sys.stderr)

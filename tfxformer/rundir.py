@@ -30,6 +30,7 @@ import os
 
 import tensorflow as tf
 
+from tfxformer import multilingual
 from tfxformer.config import PRECISION_POLICIES, DecodingOptions, ModelConfig
 from tfxformer.data.tokenizer import MODEL_FILENAME as SPM_FILENAME
 from tfxformer.data.tokenizer import Tokenizer
@@ -147,6 +148,12 @@ class RunRecord:
         if self.decoding is not None:
             out["decoding"] = self.decoding.to_dict()
         return {**out, **self.export}
+
+    @property
+    def target_languages(self) -> tuple[str, ...]:
+        """A multilingual model's target languages (the run's `target_languages`), or ()
+        for a model of one target language (:mod:`tfxformer.multilingual`)."""
+        return multilingual.parse_languages(self.train.get("target_languages"))
 
     def training_data(self) -> str | None:
         """The run's training data (`train.data`: a text folder or "wmt14"), or None."""

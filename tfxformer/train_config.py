@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from tfxformer import checks
+from tfxformer import checks, multilingual
 from tfxformer.config import PRECISION_POLICIES, PRESETS, DecodingOptions, ModelConfig, get_preset
 
 __all__ = ["TrainConfig", "setting", "settings_as_flags"]
@@ -113,6 +113,13 @@ class TrainConfig:
                                    "reproducible runs)")
     export_dir: str | None = _setting(None, "at the end, export the translator SavedModel "
                                       "to EXPORT_DIR/<version>/")
+    target_languages: str | None = _setting(
+        None, "a multilingual run (Johnson et al., 2017): its target languages, comma-"
+              "separated, e.g. 'de,fr'. Each source line starts with the tag of its target "
+              "and a space ('<2de> A dog runs.'; scripts/prepare_multilingual.py writes such "
+              "data, with `tgt` 'mul'); the tags are pieces of the vocabulary, and the "
+              "export's signatures take a `target_language` input. See "
+              "tfxformer.multilingual")
     init_from: str | None = _setting(
         None, "start from a trained model: a SavedModel export or version dir, a run dir "
               "(its averaged checkpoint first) or a preset dir. Its model settings, "
@@ -144,6 +151,7 @@ class TrainConfig:
                              f"{self.max_length}: training pairs would not fit the model's "
                              "position table.")
 
+        self.languages()
         if self.init_from is not None:
             from tfxformer.pretrained import check_fine_tune
 
@@ -169,6 +177,10 @@ class TrainConfig:
         given = {"dropout": self.dropout, "attention_dropout": self.attention_dropout,
                  "activation_dropout": self.activation_dropout}
         return {name: value for name, value in given.items() if value is not None}
+
+    def languages(self) -> tuple[str, ...]:
+        """The target languages of a multilingual run (`target_languages`), or ()."""
+        return multilingual.parse_languages(self.target_languages)
 
     def decoding_options(self) -> DecodingOptions:
         """The decoding options of validation BLEU and the export (`beam_size`, `alpha`;

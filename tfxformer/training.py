@@ -19,7 +19,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from tfxformer import checkpoints as ckpt
-from tfxformer import pretrained, rundir
+from tfxformer import multilingual, pretrained, rundir
 from tfxformer.config import PRECISION_POLICIES, ModelConfig
 from tfxformer.data import pipeline, sources, token_cache
 from tfxformer.data.tokenizer import Tokenizer, train_tokenizer
@@ -86,7 +86,9 @@ def prepare_vocabulary(config: TrainConfig, corpus, strategy, chief: bool) -> To
     elif chief and not os.path.exists(path):
         log.info("Training the shared %d-token SentencePiece BPE vocabulary on %s",
                  config.vocab_size, corpus.origin)
-        trained = train_tokenizer(corpus.training_text(), config.vocab_size, seed=config.seed)
+        tags = [multilingual.target_tag(language) for language in config.languages()]
+        trained = train_tokenizer(corpus.training_text(), config.vocab_size, seed=config.seed,
+                                  user_defined_symbols=tags)
         rundir.write_atomically(path, trained.spm_bytes)  # never half a vocabulary
         log.info("Saved the vocabulary to %s", path)
     barrier(strategy)  # the other workers read the chief's file
@@ -98,6 +100,11 @@ def prepare_vocabulary(config: TrainConfig, corpus, strategy, chief: bool) -> To
         raise ValueError(
             f"{path} has {tokenizer.vocab_size} tokens but `vocab_size` is "
             f"{config.vocab_size}; use a new `model_dir` or the vocabulary's size.")
+    for language in config.languages():
+        try:
+            multilingual.tag_pieces(tokenizer.spm_bytes, language)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error} Use a new `model_dir`.") from None
     return tokenizer
 
 
@@ -278,6 +285,11 @@ def _run(config: TrainConfig, strategy, chief: bool, kill_at_save_step=None,
                                  data_dir=config.tfds_data_dir,
                                  manual_dir=config.tfds_manual_dir)
     check_splits(config, corpus)
+    if config.languages():
+        for split in (corpus.train, corpus.val):
+            multilingual.check_tagged((source for source, _ in split.pairs()),
+                                      config.languages(), f"the {split.name} sources "
+                                      f"({split.origin})")
     tokenizer = prepare_vocabulary(config, corpus, strategy, chief)
     model, optimizer, trainer = build_training(config, strategy, nonfinite_fault_steps)
     _write_config(config, model.model_config, chief, tokenizer)

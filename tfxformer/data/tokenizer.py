@@ -23,7 +23,7 @@ import io
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import sentencepiece as spm
 import tensorflow as tf
@@ -235,6 +235,7 @@ def train_tokenizer(
     max_sentence_bytes: int = 4192,
     seed: int = 0,
     num_threads: int | None = None,
+    user_defined_symbols: Sequence[str] = (),
 ) -> Tokenizer:
     """Trains the shared BPE vocabulary (§5.1: ~37000 tokens for EN-DE) on `texts`.
 
@@ -253,6 +254,8 @@ def train_tokenizer(
         max_sentence_bytes: lines longer than this (in UTF-8 bytes) are skipped.
         seed: SentencePiece's random seed (sampling and shuffling).
         num_threads: trainer threads; defaults to the CPU count (at most 16).
+        user_defined_symbols: strings that are always one piece each, wherever they
+            occur (e.g. the target tags of :mod:`tfxformer.multilingual`).
 
     Returns:
         The trained :class:`Tokenizer`.
@@ -275,6 +278,7 @@ def train_tokenizer(
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             input_sentence_size=max_sentences, shuffle_input_sentence=True,
             max_sentence_length=max_sentence_bytes,
+            user_defined_symbols=list(user_defined_symbols),
             num_threads=num_threads or min(os.cpu_count() or 1, 16), minloglevel=1,
         )
     except RuntimeError as err:

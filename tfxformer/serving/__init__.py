@@ -19,11 +19,18 @@ from tfxformer.serving.loading import (
     make_translate_fn,
     resolve_model_dir,
     saved_model_versions,
+    target_languages_of,
 )
-from tfxformer.serving.translator import Translator, sanitize_utf8
+from tfxformer.serving.translator import (
+    MultilingualTranslator,
+    Translator,
+    make_translator,
+    sanitize_utf8,
+)
 
 __all__ = [
-    "TranslateFn", "Translator", "export_ensemble", "export_run_dir", "export_saved_model",
-    "export_translator", "load_translate_fn", "make_translate_fn", "next_version",
-    "resolve_model_dir", "sanitize_utf8", "saved_model_versions", "shortlist_from_data",
+    "MultilingualTranslator", "TranslateFn", "Translator", "export_ensemble", "export_run_dir",
+    "export_saved_model", "export_translator", "load_translate_fn", "make_translate_fn",
+    "make_translator", "next_version", "resolve_model_dir", "sanitize_utf8",
+    "saved_model_versions", "shortlist_from_data", "target_languages_of",
 ]

@@ -42,7 +42,7 @@ from tfxformer.decoding.shortlist import build_shortlist_table
 from tfxformer.pretrained import load_saved_model_weights
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord, load_model
 from tfxformer.serving.loading import saved_model_versions
-from tfxformer.serving.translator import Translator
+from tfxformer.serving.translator import make_translator
 from tfxformer.serving.warmup import (
     warmup_requests,
     write_batching_parameters,
@@ -178,10 +178,11 @@ def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra
     :class:`tfxformer.config.DecodingOptions`' (`shortlist`: a
     :class:`tfxformer.decoding.ShortlistTable` or None)."""
     trained = record.max_length
-    return Translator(model, spm_bytes, beam_size=beam_size, alpha=alpha,
-                      extra_length=extra_length, max_batch_size=max_batch_size,
-                      max_input_tokens=max_input_tokens or trained,
-                      max_output_tokens=max_output_tokens or trained, shortlist=shortlist)
+    return make_translator(model, spm_bytes, record.target_languages, beam_size=beam_size,
+                           alpha=alpha, extra_length=extra_length,
+                           max_batch_size=max_batch_size,
+                           max_input_tokens=max_input_tokens or trained,
+                           max_output_tokens=max_output_tokens or trained, shortlist=shortlist)
 
 
 def _id_pairs(sp, pairs, max_pairs):

@@ -19,7 +19,7 @@ from tfxformer import checks, rundir
 from tfxformer.config import DecodingOptions
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 from tfxformer.serving.batching import translate_in_length_order
-from tfxformer.serving.translator import Translator
+from tfxformer.serving.translator import make_translator
 
 _DEFAULTS = DecodingOptions()
 
@@ -54,6 +54,19 @@ def resolve_model_dir(path):
         f"(with {CONFIG_FILENAME}, {SPM_FILENAME} and checkpoints/).")
 
 
+def target_languages_of(path) -> tuple[str, ...]:
+    """The target languages of the multilingual model at `path` (a SavedModel version or
+    export dir, or a run dir; read from its config.json), or () for a model of one target.
+    Raises FileNotFoundError as :func:`resolve_model_dir`."""
+    kind, resolved = resolve_model_dir(path)
+    where = resolved if kind == "run_dir" else os.path.join(resolved, "assets")
+    config = os.path.join(where, CONFIG_FILENAME)
+    if not os.path.isfile(config):
+        return ()
+    with open(config, encoding="utf-8") as f:
+        return RunRecord.from_dict(json.load(f)).target_languages
+
+
 class TranslateFn:
     """`translate(lines) -> list[str]`: one translation per line (str or UTF-8 bytes), in
     order. Lines are sorted by length and translated `batch_size` at a time.
@@ -84,18 +97,40 @@ class TranslateFn:
 
 
 def make_translate_fn(model, spm_bytes: bytes, beam_size=None, alpha=None,
-                      extra_length=None, batch_size=_DEFAULTS.batch_size, path=None):
+                      extra_length=None, batch_size=_DEFAULTS.batch_size, path=None,
+                      target_languages=(), target_language=None):
     """A :class:`TranslateFn` over a Transformer in memory and its vocabulary `spm_bytes`,
-    translating with the exported graph (:class:`tfxformer.serving.Translator`)."""
+    translating with the exported graph (:class:`tfxformer.serving.Translator`); a
+    multilingual model's (`target_languages`) into `target_language`."""
     options = _DEFAULTS.replace(beam_size=beam_size, alpha=alpha,
                                 extra_length=extra_length).search_options()
-    translator = Translator(model, spm_bytes, max_batch_size=batch_size, **options)
-    return TranslateFn(translator.__call__, translator, path or "model in memory",
+    translator = make_translator(model, spm_bytes, target_languages,
+                                 max_batch_size=batch_size, **options)
+    function = _into(translator.__call__, target_languages, target_language,
+                     path or "the model")
+    return TranslateFn(function, translator, path or "model in memory",
                        "run_dir" if path else "model", options, batch_size)
 
 
+def _into(function, languages, language, path):
+    """`function(text)` of a one-target model, or a multilingual model's `function(text,
+    target_language)` with `language` for every text; ValueError for a missing, unknown
+    or unneeded `language`."""
+    if not languages:
+        if language is not None:
+            raise ValueError(f"`target_language` {language!r} is for a multilingual model; "
+                             f"{path!r} has one target language.")
+        return function
+    if language not in languages:
+        accepted = ", ".join(repr(code) for code in languages)
+        raise ValueError(f"{path!r} is a multilingual model: `target_language` must be one "
+                         f"of {accepted}, got {language!r}.")
+    return lambda text: function(text, tf.fill(tf.shape(text), language))
+
+
 def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
-                      batch_size=_DEFAULTS.batch_size, precision="fp32", checkpoint=None):
+                      batch_size=_DEFAULTS.batch_size, precision="fp32", checkpoint=None,
+                      target_language=None):
     """The translate function of a SavedModel version dir, its export dir, or a run dir.
 
     Args:
@@ -108,6 +143,8 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
         precision: compute type of a run dir's model ("fp32", "bf16", "fp16"); a SavedModel
             computes in the type it was exported with.
         checkpoint: a run dir's checkpoint prefix (default: :func:`rundir.find_checkpoint`).
+        target_language: the language a multilingual model translates into (one of its
+            `target_languages`; required for such a model, an error for any other).
 
     Returns:
         A :class:`TranslateFn`, `list[str] -> list[str]`.
@@ -118,27 +155,37 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
     """
     kind, resolved = resolve_model_dir(path)
     if kind == "run_dir":
-        model, _, spm_bytes = rundir.load_model(resolved, checkpoint, precision=precision)
+        model, record, spm_bytes = rundir.load_model(resolved, checkpoint, precision=precision)
         return make_translate_fn(model, spm_bytes, beam_size, alpha, extra_length,
-                                 batch_size, path=resolved)
+                                 batch_size, path=resolved,
+                                 target_languages=record.target_languages,
+                                 target_language=target_language)
     for name, value, default in (("precision", precision, "fp32"),
                                  ("checkpoint", checkpoint, None)):
         if value != default:
             raise ValueError(f"`{name}` {value!r} applies to run dirs; {resolved!r} is a "
                              "SavedModel, which computes as it was exported.")
     loaded = _load_saved_model(resolved)
+    record = _exported_record(loaded)
     given = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
-    options = _exported_options(loaded).replace(**given).search_options()
+    options = ((record.decoding if record else None) or _DEFAULTS).replace(
+        **given).search_options()
+    scalars = {}
     if all(v is None for v in given.values()):
-        default = loaded.signatures["serving_default"]
-        function = lambda text: default(text=text)  # noqa: E731
+        signature = loaded.signatures["serving_default"]
     else:
-        with_options = loaded.signatures["translate_with_options"]
+        signature = loaded.signatures["translate_with_options"]
         scalars = dict(beam_size=tf.constant(options["beam_size"], tf.int32),
                        alpha=tf.constant(options["alpha"], tf.float32),
                        extra_length=tf.constant(options["extra_length"], tf.int32))
-        function = lambda text: with_options(text=text, **scalars)  # noqa: E731
-    return TranslateFn(function, loaded, resolved, kind, options, batch_size)
+
+    def function(text, *target_language):  # a multilingual export's signatures take both
+        language = {"target_language": target_language[0]} if target_language else {}
+        return signature(text=text, **language, **scalars)
+
+    languages = record.target_languages if record else ()
+    return TranslateFn(_into(function, languages, target_language, resolved), loaded,
+                       resolved, kind, options, batch_size)
 
 
 def _load_saved_model(path):
@@ -156,10 +203,10 @@ def _load_saved_model(path):
     return loaded
 
 
-def _exported_options(loaded) -> DecodingOptions:
-    """The decoding options of the export's config.json asset (the defaults without one)."""
+def _exported_record(loaded) -> RunRecord | None:
+    """The export's config.json asset as a :class:`RunRecord` (None without one)."""
     asset = getattr(loaded, "config_asset", None)
     if asset is None:
-        return _DEFAULTS
+        return None
     with open(asset.asset_path.numpy().decode(), encoding="utf-8") as f:
-        return RunRecord.from_dict(json.load(f)).decoding or _DEFAULTS
+        return RunRecord.from_dict(json.load(f))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfxformer import multilingual
 from tfxformer.config import DecodingOptions
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding import beam_search
@@ -21,6 +22,7 @@ _CHARS_PER_TOKEN = 64
 _REPLACEMENT_CHAR = 0xFFFD  # U+FFFD, in place of invalid UTF-8
 
 _TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+_LANGUAGE_SPEC = tf.TensorSpec([None], tf.string, name="target_language")
 _OPTION_SPECS = (tf.TensorSpec([], tf.int32, name="beam_size"),
                 tf.TensorSpec([], tf.float32, name="alpha"),
                 tf.TensorSpec([], tf.int32, name="extra_length"))
@@ -45,6 +47,14 @@ def _checked(tensor, condition, message):
 def _concat(array, empty, dtype):
     """TensorArray.concat(), or a (0,) tensor: concat() of zero elements has no shape."""
     return tf.cond(empty, lambda: tf.zeros([0], dtype), array.concat)
+
+
+def make_translator(model, sentencepiece_model: bytes, target_languages=(), **options):
+    """A :class:`Translator`, or a :class:`MultilingualTranslator` for a multilingual
+    model (`target_languages`: its languages, e.g. ("de", "fr"); () for one target)."""
+    if target_languages:
+        return MultilingualTranslator(model, sentencepiece_model, target_languages, **options)
+    return Translator(model, sentencepiece_model, **options)
 
 
 class Translator(tf.Module):
@@ -102,6 +112,8 @@ class Translator(tf.Module):
     >>> translator = Translator(model, open("runs/base/spm.model", "rb").read())
     >>> translator(tf.constant(["A dog runs.", ""]))["translation"]
     """
+
+    target_languages: tuple[str, ...] = ()  # a MultilingualTranslator's
 
     def __init__(self, model, sentencepiece_model: bytes, beam_size=None, alpha=None,
                  extra_length=None, max_batch_size=None, max_input_tokens=None,
@@ -165,12 +177,22 @@ class Translator(tf.Module):
         return self.translate(text, beam_size, alpha, extra_length, max_input_tokens)
 
     def translate(self, text, beam_size=None, alpha=None, extra_length=None,
-                  max_input_tokens=None):
+                  max_input_tokens=None, target_language=None):
         """The graph behind the signatures; options default to the constructor's.
 
         Options are Python numbers or scalar tensors (one value for the batch), or (N,)
-        tensors (one per text: texts with equal options are decoded together)."""
+        tensors (one per text: texts with equal options are decoded together).
+        `target_language` ((N,) strings) is a multilingual model's, required there."""
         text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
+        tag_pieces = None
+        if self.target_languages:
+            if target_language is None:
+                raise ValueError("This model translates into "
+                                 f"{_listed(self.target_languages)}: give `target_language`.")
+            text, tag_pieces = self._tagged(text, target_language)
+        elif target_language is not None:
+            raise ValueError("`target_language` is for a multilingual model; this one has one "
+                             "target language.")
         options = dict(
             beam_size=self.beam_size if beam_size is None else beam_size,
             alpha=self.alpha if alpha is None else alpha,
@@ -181,7 +203,7 @@ class Translator(tf.Module):
             options = self._example_options(text, options)
         tokenizer = self.make_tokenizer()
         pieces, truncated, blank = self._cut(text, tokenizer, self._input_limit(
-            text, max_input_tokens))
+            text, max_input_tokens), tag_pieces)
         # Blank inputs never reach the model: only the other rows are decoded.
         active = tf.where(~blank)[:, 0]
         rows = tf.gather(pieces, active)
@@ -230,8 +252,9 @@ class Translator(tf.Module):
         asked = _checked(asked, tf.reduce_all(asked >= 1), "`max_input_tokens` must be >= 1")
         return tf.minimum(asked, limit)
 
-    def _cut(self, text, tokenizer, limit):
-        """-> (pieces + EOS (N, None) ragged, truncated (N,) bool, blank (N,) bool)."""
+    def _cut(self, text, tokenizer, limit, tag_pieces=None):
+        """-> (pieces + EOS (N, None) ragged, truncated (N,) bool, blank (N,) bool); a
+        text is blank when it has no piece beyond its `tag_pieces` ((N,) int32 or None)."""
         text = sanitize_utf8(text)
         chars = limit * _CHARS_PER_TOKEN
         cut_chars = tf.strings.length(text, unit="UTF8_CHAR") > chars
@@ -243,7 +266,8 @@ class Translator(tf.Module):
         pieces = tf.gather(pieces.values, tf.ragged.range(starts, starts + kept))
         eos = tf.fill([tf.shape(text)[0], 1], EOS_ID)
         pieces = tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1)
-        return pieces, cut_chars | (count > kept), count == 0
+        blank = count == 0 if tag_pieces is None else count <= tag_pieces
+        return pieces, cut_chars | (count > kept), blank
 
     def _example_options(self, text, options):
         """(N,) option tensors, checked: one per text, each in its accepted range."""
@@ -319,3 +343,67 @@ class Translator(tf.Module):
             lambda c, *_: c < chunks, body, [tf.constant(0), *arrays])
         empty = tf.equal(total, 0)
         return _concat(translations, empty, tf.string), _concat(scores, empty, tf.float32)
+
+
+def _listed(languages):
+    return ", ".join(repr(language) for language in languages)
+
+
+class MultilingualTranslator(Translator):
+    """A :class:`Translator` for one model of several target languages (Johnson et al.,
+    2017; :mod:`tfxformer.multilingual`): every signature takes, after `text`, a
+    `target_language` input ((N,) tf.string, one of `target_languages` per text), and the
+    graph puts that language's tag before each text, as the training data had it. The
+    tag's pieces count towards `max_input_tokens`. A language the model does not know
+    fails the call (InvalidArgumentError naming it and the accepted ones).
+
+    Signatures: `serving_default(text, target_language)`,
+    `translate_with_options(text, target_language, beam_size, alpha, extra_length)`,
+    `translate_per_example(text, target_language, beam_size, alpha, extra_length,
+    max_input_tokens)`; outputs as :class:`Translator`'s.
+
+    Example:
+    >>> translator = MultilingualTranslator(model, spm_bytes, ("de", "fr"))
+    >>> translator(tf.constant(["A dog runs."] * 2), tf.constant(["de", "fr"]))
+    """
+
+    def __init__(self, model, sentencepiece_model: bytes, target_languages, **options):
+        super().__init__(model, sentencepiece_model, **options)
+        self.target_languages = multilingual.parse_languages(target_languages)
+        self._tags = [multilingual.tag_source(language, "") for language in
+                      self.target_languages]
+        self._tag_pieces = [multilingual.tag_pieces(sentencepiece_model, language)
+                            for language in self.target_languages]
+
+    @tf.function(input_signature=[_TEXT_SPEC, _LANGUAGE_SPEC])
+    def __call__(self, text, target_language):
+        return self.translate(text, target_language=target_language)
+
+    @tf.function(input_signature=[_TEXT_SPEC, _LANGUAGE_SPEC, *_OPTION_SPECS])
+    def translate_with_options(self, text, target_language, beam_size, alpha, extra_length):
+        return self.translate(text, beam_size, alpha, extra_length,
+                              target_language=target_language)
+
+    @tf.function(input_signature=[_TEXT_SPEC, _LANGUAGE_SPEC, *_EXAMPLE_OPTION_SPECS])
+    def translate_per_example(self, text, target_language, beam_size, alpha, extra_length,
+                              max_input_tokens):
+        return self.translate(text, beam_size, alpha, extra_length, max_input_tokens,
+                              target_language=target_language)
+
+    def _tagged(self, text, target_language):
+        """(N,) texts with their language's tag in front, and (N,) int32 the tag's pieces;
+        fails unless there is one known language per text."""
+        language = tf.reshape(tf.convert_to_tensor(target_language, tf.string), [-1])
+        language = _checked(language, tf.equal(tf.size(language), tf.size(text)),
+                            "`target_language` must have one value per text (shape [N] like "
+                            "`text`)")
+        match = tf.equal(language[:, None], tf.constant(self.target_languages)[None, :])
+        known = tf.reduce_any(match, axis=1)
+        check = tf.debugging.Assert(tf.reduce_all(known), [
+            f"`target_language` must be one of {', '.join(self.target_languages)}; got",
+            tf.boolean_mask(language, ~known)])
+        with tf.control_dependencies([check]):
+            index = tf.argmax(tf.cast(match, tf.int32), axis=1, output_type=tf.int32)
+        tags = tf.gather(tf.constant(self._tags), index)
+        return (tf.strings.join([tags, text]),
+                tf.gather(tf.constant(self._tag_pieces, tf.int32), index))

@@ -45,8 +45,13 @@ def _serving_apis():
 def signature_inputs(translator, signature, texts):
     """The request inputs of `signature` for `texts`: {name: numpy array}, batch-major.
 
-    `translate_per_example` gets the export's own options, one value per text."""
+    `translate_per_example` gets the export's own options, one value per text; a
+    multilingual model's `target_language` takes its languages in turn."""
     inputs = {"text": np.array(texts, dtype=object)}
+    languages = translator.target_languages
+    if languages:
+        inputs["target_language"] = np.array(
+            [languages[i % len(languages)] for i in range(len(texts))], dtype=object)
     if signature == "translate_per_example":
         size = len(texts)
         inputs.update(
