@@ -104,3 +104,28 @@ def test_relative_links_point_at_files():
                     os.path.join(os.path.dirname(path), target)):
                 broken.append(f"{os.path.relpath(path, ROOT)}: {target}")
     assert not broken, "links to missing files:\n" + "\n".join(broken)
+
+
+def _version_cells(path):
+    """{model name: the `version` cell} of every table row in `path` that has one."""
+    cells, column = {}, None
+    for line in _read(path).splitlines():
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|"):
+            column = None
+        elif "version" in row:
+            column = row.index("version")
+        elif column is not None and (name := re.fullmatch(r"`([a-z0-9_]+)`", row[0])):
+            cells[name[1]] = row[column]
+    return cells
+
+
+def test_model_tables_name_the_shipped_versions():
+    folders = [os.path.dirname(card) for card in  # shipped models have a card
+               glob.glob(os.path.join(ROOT, "saved_models", "*", "README.md"))]
+    shipped = {os.path.basename(f): str(max(int(v) for v in os.listdir(f) if v.isdigit()))
+               for f in folders}
+    for path in (os.path.join(ROOT, "README.md"),
+                 os.path.join(ROOT, "saved_models", "README.md")):
+        cells = _version_cells(path)
+        assert {name: cells.get(name) for name in shipped} == shipped, os.path.relpath(path, ROOT)
