@@ -13,6 +13,11 @@ of a proposed change, so `whatif.py`, `train_speed.py`, `decode_speed.py` and
               log-softmax, a PAD/BOS select and an add over all (B*K, V) entries before
               one top-k over K*V. Replaces `tfxformer.decoding.beam_search.top_extensions`.
 
+  layer_step  the decoding step through the Keras layers (`model.decode_step`) instead of
+              the lean step (:mod:`tfxformer.decoding.lean`): what the search ran before
+              the lean step, for before/after figures. Replaces
+              `tfxformer.decoding.lean.unsupported`.
+
 Earlier sketches that tfxformer has since adopted or that measured slower are gone (their
 figures and verdicts stay in bench/README.md): `matmul2d` (now `layers/ops.matmul_last`),
 `write_scatter` and `write_rows` (scatter writes of the static cache: 0.48x and
@@ -67,6 +72,7 @@ def fused_top_extensions(logits, alive_log_probs, count, pad_id=0, bos_id=2):
 PATCHES = {
     "fused_loss": ("tfxformer.trainer", "label_smoothed_nll", fused_label_smoothed_nll),
     "fused_topk": ("tfxformer.decoding.beam_search", "top_extensions", fused_top_extensions),
+    "layer_step": ("tfxformer.decoding.lean", "unsupported", lambda model: "patched off"),
 }
 
 

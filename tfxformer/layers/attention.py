@@ -211,12 +211,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _attend(self, q, kv, mask, query_shape, training):
         """q (B, H, T', K) against kv (B, H, S, K) -> ((N, T, D) output, weights)."""
-        k = tf.cast(kv["key"], q.dtype)
         v = tf.cast(kv["value"], q.dtype)
-        scores = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)  # (B, H, T', S)
-        if mask is not None:
-            scores = tf.where(mask[:, None, :, :], scores, _MASKED_LOGIT)
-        weights = tf.nn.softmax(scores, axis=-1)
+        weights = attention_weights(q, kv["key"], None if mask is None else mask[:, None])
         dropped = self.attention_dropout(weights, training=training)
         context = tf.matmul(tf.cast(dropped, v.dtype), v)  # (B, H, T', K)
         context = tf.transpose(context, [0, 2, 1, 3])
@@ -278,6 +274,16 @@ class MultiHeadAttention(keras.layers.Layer):
         config.update(num_heads=self.num_heads, d_model=self.d_model, dropout=self.dropout,
                       use_bias=self.use_bias, window=self.window)
         return config
+
+
+def attention_weights(q, k, mask=None):
+    """softmax(q kᵀ) in float32 (Eq. 1 with q already scaled by 1 / sqrt(d_k)): q
+    (B, H, T, K), k (B, H, S, K), `mask` None or bool broadcasting to (B, H, T, S), True =
+    may attend; illegal connections get the logit -1e9 (§3.2.3)."""
+    scores = tf.cast(tf.matmul(q, tf.cast(k, q.dtype), transpose_b=True), tf.float32)
+    if mask is not None:
+        scores = tf.where(mask, scores, _MASKED_LOGIT)
+    return tf.nn.softmax(scores, axis=-1)
 
 
 def _as_bool(mask):

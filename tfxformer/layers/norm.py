@@ -40,10 +40,16 @@ class LayerNorm(keras.layers.LayerNormalization):
     def call(self, inputs):
         if not self._fast_path(inputs):
             return super().call(inputs)
-        x = tf.cast(inputs, tf.float32) if inputs.dtype != tf.float64 else inputs
-        centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
-        variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
-        gamma = tf.cast(self.gamma, x.dtype)
-        beta = tf.cast(self.beta, x.dtype)
-        out = centred * tf.math.rsqrt(variance + self.epsilon) * gamma + beta
-        return tf.cast(out, self.compute_dtype)
+        return layer_norm(inputs, self.gamma, self.beta, self.epsilon, self.compute_dtype)
+
+
+def layer_norm(inputs, gamma, beta, epsilon, dtype):
+    """:class:`LayerNorm`'s forward pass over the last axis, in float32 (float64 stays),
+    returned in `dtype`; also what the lean decoding step calls with its weights read once
+    (:mod:`tfxformer.decoding.lean`)."""
+    x = tf.cast(inputs, tf.float32) if inputs.dtype != tf.float64 else inputs
+    centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+    variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
+    out = centred * tf.math.rsqrt(variance + epsilon) * tf.cast(gamma, x.dtype) + tf.cast(
+        beta, x.dtype)
+    return tf.cast(out, dtype)
