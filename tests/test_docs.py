@@ -110,10 +110,11 @@ def _version_cells(path):
     """{model name: the `version` cell} of every table row in `path` that has one."""
     cells, column = {}, None
     for line in _read(path).splitlines():
-        row = [c.strip() for c in line.strip().strip("|").split("|")]
         if not line.startswith("|"):
             column = None
-        elif "version" in row:
+            continue
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        if "version" in row:
             column = row.index("version")
         elif column is not None and (name := re.fullmatch(r"`([a-z0-9_]+)`", row[0])):
             cells[name[1]] = row[column]

@@ -76,27 +76,27 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
 
     memory = [c["cross"] for c in cache]
     if lean and not static_cache and lean_step.unsupported(model) is None:
-        step = lean_step.LeanStep(model, length)
-
-        def lean_fn(ids, index, self_cache, context):
-            if shortlist is not None:
-                ids = tf.gather(shortlist, ids)  # shortlist columns -> vocabulary ids
-            return step(ids, index, self_cache, context["memory"], context["cross_mask"],
-                        beams, logit_rows)
-
+        lean_fn = lean_step.LeanStep(model, length)
         context = {"memory": memory, "cross_mask": source_mask[:, None, None, :]}
-        return DecodeStart(lean_fn, [c["self"] for c in cache], context, limits, length)
+
+        def decode(ids, index, self_cache, context):
+            return lean_fn(ids, index, self_cache, context["memory"], context["cross_mask"],
+                           beams, logit_rows)
+    else:
+        context = {"memory": memory, "source_mask": source_mask}
+
+        def decode(ids, index, self_cache, context):
+            layers = [{"self": s, "cross": c}
+                      for s, c in zip(self_cache, context["memory"], strict=True)]
+            logits, layers = model.decode_step(ids, context["source_mask"], layers, index,
+                                               static_cache=static_cache, beams=beams,
+                                               logit_rows=logit_rows)
+            return logits, [c["self"] for c in layers]
 
     def step_fn(ids, index, self_cache, context):
         if shortlist is not None:
             ids = tf.gather(shortlist, ids)  # shortlist columns -> vocabulary ids
-        layers = [{"self": s, "cross": c}
-                  for s, c in zip(self_cache, context["memory"], strict=True)]
-        logits, layers = model.decode_step(ids, context["source_mask"], layers, index,
-                                           static_cache=static_cache, beams=beams,
-                                           logit_rows=logit_rows)
-        return logits, [c["self"] for c in layers]
+        return decode(ids, index, self_cache, context)
 
-    context = {"memory": memory, "source_mask": source_mask}
     return DecodeStart(step_fn, [c["self"] for c in cache], context, limits, length)
 

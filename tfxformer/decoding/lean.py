@@ -10,7 +10,9 @@ loop, computes the position rows of the L output columns once, and runs the step
 (N, D) rows, where a projection is one MatMul and a head split one Reshape. The
 arithmetic is the layers' own, op for op (:func:`tfxformer.layers.norm.layer_norm`,
 :func:`tfxformer.layers.attention.attention_weights`), so the logits are those of
-`decode_step`: tests/test_lean_step.py checks them and the translations.
+`decode_step`: bitwise under mixed bfloat16 and with learned positions, to float32
+rounding (~1e-6) with sinusoidal ones, whose rows come from one table per search
+(tests/test_lean_step.py; bench/lean_step.py compares translations).
 
 Used by :func:`tfxformer.decoding.adapter.transformer_decoder` for a growing cache when
 :func:`unsupported` finds nothing in the model it does not cover (a quantized layer,
@@ -78,12 +80,12 @@ def _norm(layer):
 
 def _read_layer(layer, dtype):
     affine = {}
-    for prefix, attention in (("self", layer.self_attention), ("cross", layer.cross_attention)):
-        for name in ("query", "key", "value", "output"):
-            if prefix == "cross" and name in ("key", "value"):
-                continue  # the memory's keys and values are projected once (init_cache)
-            affine[f"{prefix}_{name}"] = _affine(getattr(attention, f"{name}_kernel"),
-                                                 getattr(attention, f"{name}_bias"), dtype)
+    # The memory's cross-attention keys and values are projected once (init_cache).
+    projections = [("self", name) for name in ("query", "key", "value", "output")]
+    for prefix, name in projections + [("cross", "query"), ("cross", "output")]:
+        attention = getattr(layer, f"{prefix}_attention")
+        affine[f"{prefix}_{name}"] = _affine(getattr(attention, f"{name}_kernel"),
+                                             getattr(attention, f"{name}_bias"), dtype)
     for name in ("inner", "outer"):
         dense = getattr(layer.feed_forward, name)
         affine[name] = _affine(dense.kernel, dense.bias, dtype)
