@@ -13,6 +13,10 @@ of a proposed change, so `whatif.py`, `train_speed.py`, `decode_speed.py` and
               log-softmax, a PAD/BOS select and an add over all (B*K, V) entries before
               one top-k over K*V. Replaces `tfxformer.decoding.beam_search.top_extensions`.
 
+  plain_topk  beam search's top-k over the K*V candidates of a sentence by one
+              `tf.math.top_k` instead of the chunked top-k (:mod:`tfxformer.decoding.topk`):
+              what the search ran before it, for before/after figures. Replaces
+              `tfxformer.decoding.topk.top_k`.
   layer_step  the decoding step through the Keras layers (`model.decode_step`) instead of
               the lean step (:mod:`tfxformer.decoding.lean`): what the search ran before
               the lean step, for before/after figures. Replaces
@@ -68,11 +72,20 @@ def fused_top_extensions(logits, alive_log_probs, count, pad_id=0, bos_id=2):
     return log_probs, index // width, tokens
 
 
+def plain_top_k(x, k, chunk=None):
+    """`tfxformer.decoding.topk.top_k` as one `tf.math.top_k` (same results)."""
+    import tensorflow as tf
+
+    del chunk
+    return tuple(tf.math.top_k(x, k))
+
+
 # name -> (module, public function it replaces, replacement)
 PATCHES = {
     "fused_loss": ("tfxformer.trainer", "label_smoothed_nll", fused_label_smoothed_nll),
     "fused_topk": ("tfxformer.decoding.beam_search", "top_extensions", fused_top_extensions),
     "layer_step": ("tfxformer.decoding.lean", "unsupported", lambda model: "patched off"),
+    "plain_topk": ("tfxformer.decoding.topk", "top_k", plain_top_k),
 }
 
 

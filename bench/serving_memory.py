@@ -3,8 +3,10 @@
 
   python  `tf.saved_model.load` and `serving_default` (what scripts/translate.py and
           `tfxformer.serving.load_translate_fn` do), resident MiB after each stage:
-          `import tensorflow, tensorflow_text`, the SavedModel loaded, the export's warm-up
-          records replayed, the whole set translated.
+          `import tensorflow` and the SentencePiece op library
+          (`tfxformer.serving.load_sentencepiece_ops`), the SavedModel loaded, the export's
+          warm-up records replayed, the whole set translated; and the file-backed part
+          of each (the shared libraries' pages).
   cpp     tests/cpp/serve_saved_model.cc: the session-based C++ loader TF Serving uses
           (`tensorflow::LoadSavedModel`, `Session::Run` per request), compiled here against
           the installed wheel (g++); it replays the same warm-up records and requests and
@@ -19,7 +21,8 @@ in its own child process; the figure is the child's peak RSS (`wait4` rusage, ru
     PYTHONPATH=$PWD python bench/serving_memory.py --model saved_models/multi30k_en_de/5 \
         --data ../shared/data/multi30k [--env TF_ENABLE_ONEDNN_OPTS=0]
 
-One JSON line per loader and variant: {"loader", "env", "peak_rss_mib", "stages_mib"}.
+One JSON line per loader and variant: {"loader", "env", "peak_rss_mib", "stages_mib"} (and
+"file_backed_mib" for python).
 """
 
 from __future__ import annotations
@@ -37,30 +40,33 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(REPO, "tests", "cpp", "serve_saved_model.cc")
 
 
-def _rss_mib() -> float:
+def _rss_mib(field: str = "VmRSS") -> float:
+    """Resident MiB of this process: all of it (VmRSS) or its file-backed part (RssFile:
+    pages of the shared libraries and files it mapped)."""
     with open("/proc/self/status") as f:
-        kib = next(line for line in f if line.startswith("VmRSS")).split()[1]
+        kib = next(line for line in f if line.startswith(field + ":")).split()[1]
     return round(int(kib) / 1024, 1)
 
 
 def python_worker(model: str, warmup: str, requests: str) -> None:
     """The `python` loader (run as a child): prints its stages as one JSON line."""
-    stages = {}
+    stages, files = {}, {}
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (the SavedModel's SentencePiece ops)
 
+    from tfxformer.serving import load_sentencepiece_ops
     from tfxformer.serving.warmup import read_warmup_records
 
-    stages["import"] = _rss_mib()
+    load_sentencepiece_ops()  # the SavedModel's SentencePiece ops, as load_translate_fn
+    stages["import"], files["import"] = _rss_mib(), _rss_mib("RssFile")
     loaded = tf.saved_model.load(model)
-    stages["loaded"] = _rss_mib()
+    stages["loaded"], files["loaded"] = _rss_mib(), _rss_mib("RssFile")
     for path, stage in ((warmup, "warm_up"), (requests, "set_translated")):
         for log in read_warmup_records(path):
             request = log.predict_log.request
             loaded.signatures[request.model_spec.signature_name](
                 **{k: tf.make_ndarray(v) for k, v in request.inputs.items()})
-        stages[stage] = _rss_mib()
-    print(json.dumps(stages))
+        stages[stage], files[stage] = _rss_mib(), _rss_mib("RssFile")
+    print(json.dumps({"stages": stages, "file_backed": files}))
 
 
 def write_requests(path: str, texts: list[str], batch_size: int) -> int:
@@ -162,8 +168,10 @@ def main(argv=None) -> int:
             for loader in args.loaders:
                 env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, **variant)
                 out, peak = _child(commands[loader], env)
+                files = None
                 if loader == "python":
-                    stages = json.loads(out.strip().splitlines()[-1])
+                    report = json.loads(out.strip().splitlines()[-1])
+                    stages, files = report["stages"], report["file_backed"]
                 else:  # "rss_mib STAGE MiB" lines: after_1 = warm-up, after_2 = the set
                     names = {"after_1": "warm_up", "after_2": "set_translated"}
                     stages = {names.get(f[1], f[1]): round(float(f[2]), 1)
@@ -172,7 +180,9 @@ def main(argv=None) -> int:
                 print(json.dumps({"loader": loader, "env": variant, "model": args.model,
                                   "set": args.set, "requests": count,
                                   "batch_size": args.batch_size, "peak_rss_mib": peak,
-                                  "stages_mib": stages}), flush=True)
+                                  "stages_mib": stages,
+                                  **({"file_backed_mib": files} if files else {})}),
+                      flush=True)
     return 0
 
 

@@ -230,6 +230,9 @@ def load_saved_model_weights(version_dir, precision="fp32"):
     source = resolve(version_dir)
     with open(os.path.join(source.path, "assets", CONFIG_FILENAME), encoding="utf-8") as f:
         record = RunRecord.from_dict(json.load(f))
+    from tfxformer.data.tokenizer import load_sentencepiece_ops
+
+    load_sentencepiece_ops()  # the translator's graph holds the SentencePiece ops
     saved = tf.saved_model.load(source.path)
     if not hasattr(saved, "model_variables"):
         raise ValueError(f"SavedModel {source.path!r} has no `model_variables`: not a "

@@ -56,8 +56,12 @@ Cases:
                64 x S x D): (a) keras.layers.LayerNormalization (moments + folded scale);
                (b) tfxformer.layers.norm.LayerNorm (centre, mean of squares, rsqrt).
   vocab_topk   beam candidates from the (256, V) logits: (a) log-softmax over V, PAD/BOS
-               select, + hypothesis scores, top-2K over beam*V (tfxformer); (b) top-(2K+2)
-               of the raw logits per hypothesis, normalized by logsumexp afterwards.
+               select, + hypothesis scores, top-2K over beam*V (tfxformer until the chunked
+               top-k); (b) top-(2K+2) of the raw logits per hypothesis, normalized by
+               logsumexp afterwards; (c) (a) with tfxformer.decoding.topk.top_k (chunk
+               maxima, then TopK over the 2K best chunks: tfxformer now).
+
+--vocab-size sets V for every case (default 32000; the shipped Multi30k model has 8000).
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ def parse_args(argv=None):
                                        "loss,int8_gemm,layer_norm")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--cache-length", type=int, default=32)
+    ap.add_argument("--vocab-size", type=int, default=None,
+                    help="V of every case (default: the workloads' 32000)")
     ap.add_argument("--small", action="store_true", help="small shapes (smoke test)")
     return ap.parse_args(argv)
 
@@ -243,6 +249,15 @@ def case_vocab_topk(sz, repeats):
         lp = tf.reshape(lp, [b, beam, v]) + alive[:, :, None]
         return tf.math.top_k(tf.reshape(lp, [b, beam * v]), k=k2)
 
+    def chunked():
+        from tfxformer.decoding.topk import top_k
+
+        lp = tf.nn.log_softmax(logits)
+        bad = tf.reduce_any(tf.range(v)[:, None] == forbidden[None, :], axis=-1)
+        lp = tf.where(bad[None, :], -1e9, lp)
+        lp = tf.reshape(lp, [b, beam, v]) + alive[:, :, None]
+        return top_k(tf.reshape(lp, [b, beam * v]), k2)
+
     def fused():
         top, ids = tf.math.top_k(logits, k=k2 + 2)  # (N, 2K+2)
         lse = tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
@@ -252,10 +267,11 @@ def case_vocab_topk(sz, repeats):
         best, pos = tf.math.top_k(scores, k=k2)
         return best, tf.gather(tf.reshape(ids, [b, -1]), pos, batch_dims=1)
 
-    fa, fb = tf.function(current), tf.function(fused)
-    return compare("beam candidates over V", {"a_logsoftmax_topk_over_beam_x_V":
-                   lambda: sync(fa()), "b_topk_per_hyp_then_normalize": lambda: sync(fb())},
-                   repeats)
+    fa, fb, fc = tf.function(current), tf.function(fused), tf.function(chunked)
+    return compare(f"beam candidates over V = {v}", {
+        "a_logsoftmax_topk_over_beam_x_V": lambda: sync(fa()),
+        "b_topk_per_hyp_then_normalize": lambda: sync(fb()),
+        "c_logsoftmax_chunked_topk": lambda: sync(fc())}, repeats)
 
 
 def case_beam_reorder(sz, repeats, length):
@@ -439,6 +455,8 @@ def main(argv=None):
     sz = dict(B=128, T=32, D=512, V=32000, N=256, H=8, K=64, S=24, layers=6)
     if args.small:
         sz = dict(B=8, T=8, D=32, V=1000, N=16, H=4, K=8, S=6, layers=2)
+    if args.vocab_size:
+        sz["V"] = args.vocab_size
     results = {}
     for case in args.cases.split(","):
         if case in ("cache_write", "beam_reorder"):

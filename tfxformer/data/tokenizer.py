@@ -17,20 +17,25 @@ accepts no extra trainer arguments (no `character_coverage`, `byte_fallback`,
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import inspect
 import io
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import sentencepiece as spm
 import tensorflow as tf
-import tensorflow_text as tf_text
-from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
 
 from tfxformer.ids import BOS_ID, EOS_ID, NUM_SPECIAL_IDS, PAD_ID, UNK_ID  # noqa: F401
+
+if TYPE_CHECKING:
+    import tensorflow_text as tf_text
 
 __all__ = [
     "MODEL_FILENAME", "Tokenizer", "keras_tokenizer", "train_tokenizer",
@@ -59,33 +64,59 @@ def _check_proto(proto: bytes) -> int:
     return processor.GetPieceSize()
 
 
-class _SharedModelResource(tf.saved_model.experimental.TrackableResource):
-    """The SentencePiece model resource, shared by name (one per distinct model)."""
+@functools.cache
+def load_sentencepiece_ops() -> None:
+    """Registers the one tensorflow-text op library an exported translator runs
+    (`_sentencepiece_tokenizer.so`: SentencepieceOp, SentencepieceTokenizeOp,
+    SentencepieceDetokenizeOp), as TF Serving links it, instead of `import
+    tensorflow_text`, which loads all of its 20-odd op libraries (~110 MiB more resident
+    memory in a serving process). Falls back to the
+    import when the library is not where tensorflow-text installs it."""
+    spec = importlib.util.find_spec("tensorflow_text")
+    library = None if spec is None or not spec.submodule_search_locations else os.path.join(
+        spec.submodule_search_locations[0], "python", "ops", "_sentencepiece_tokenizer.so")
+    if "tensorflow_text" in sys.modules or library is None or not os.path.exists(library):
+        import tensorflow_text  # noqa: F401  (registers its ops)
+    else:
+        tf.load_op_library(library)
 
-    def __init__(self, spm_bytes: bytes):
-        super().__init__()
-        self._spm_bytes = spm_bytes
-        self._shared_name = f"tfxformer_spm_{hashlib.sha256(spm_bytes).hexdigest()[:24]}"
-        _ = self.resource_handle  # Creates the resource now, as tensorflow-text does.
 
-    def _create_resource(self):
-        return gen_sentencepiece_tokenizer.sentencepiece_op(
-            model=self._spm_bytes, shared_name=self._shared_name)
+@functools.cache
+def _tokenizer_class():
+    """`SharedNameSentencepieceTokenizer`, defined on first use: importing tensorflow-text
+    loads every one of its op libraries (~110 MiB resident), which a process that only
+    serves a SavedModel does not need (:func:`load_sentencepiece_ops`)."""
+    import tensorflow_text as tf_text
+    from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
 
+    class _SharedModelResource(tf.saved_model.experimental.TrackableResource):
+        """The SentencePiece model resource, shared by name (one per distinct model)."""
 
-class SharedNameSentencepieceTokenizer(tf_text.SentencepieceTokenizer):
-    """`tensorflow_text.SentencepieceTokenizer` (its defaults, int32 ids) over a model
-    resource shared by name instead of one owned by the kernel that creates it."""
+        def __init__(self, spm_bytes: bytes):
+            super().__init__()
+            self._spm_bytes = spm_bytes
+            self._shared_name = f"tfxformer_spm_{hashlib.sha256(spm_bytes).hexdigest()[:24]}"
+            _ = self.resource_handle  # Creates the resource now, as tensorflow-text does.
 
-    def __init__(self, spm_bytes: bytes):
-        # The parent's __init__ would create the kernel-owned resource; set what it sets.
-        super(tf_text.SentencepieceTokenizer, self).__init__()
-        parameters = inspect.signature(tf_text.SentencepieceTokenizer.__init__).parameters
-        for name, parameter in parameters.items():
-            if name not in ("self", "model", "name"):
-                setattr(self, name, parameter.default)
-        self.out_type = tf.int32
-        self._model_resource = _SharedModelResource(spm_bytes)
+        def _create_resource(self):
+            return gen_sentencepiece_tokenizer.sentencepiece_op(
+                model=self._spm_bytes, shared_name=self._shared_name)
+
+    class SharedNameSentencepieceTokenizer(tf_text.SentencepieceTokenizer):
+        """`tensorflow_text.SentencepieceTokenizer` (its defaults, int32 ids) over a model
+        resource shared by name instead of one owned by the kernel that creates it."""
+
+        def __init__(self, spm_bytes: bytes):
+            # The parent's __init__ would create the kernel-owned resource; set what it sets.
+            super(tf_text.SentencepieceTokenizer, self).__init__()
+            parameters = inspect.signature(tf_text.SentencepieceTokenizer.__init__).parameters
+            for name, parameter in parameters.items():
+                if name not in ("self", "model", "name"):
+                    setattr(self, name, parameter.default)
+            self.out_type = tf.int32
+            self._model_resource = _SharedModelResource(spm_bytes)
+
+    return SharedNameSentencepieceTokenizer
 
 
 def sentencepiece_tokenizer(spm_bytes: bytes) -> tf_text.SentencepieceTokenizer:
@@ -100,7 +131,7 @@ def sentencepiece_tokenizer(spm_bytes: bytes) -> tf_text.SentencepieceTokenizer:
     cache clearing; made inside a `tf.function`, the op is part of that graph (so a
     SavedModel needs no resource object).
     """
-    return SharedNameSentencepieceTokenizer(bytes(spm_bytes))
+    return _tokenizer_class()(bytes(spm_bytes))
 
 
 class Tokenizer(tf.Module):

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from tfxformer import checks
-from tfxformer.decoding import common
+from tfxformer.decoding import common, topk
 from tfxformer.decoding.common import NEG_INF, DecodeStart
 from tfxformer.decoding.ensemble import decoder
 from tfxformer.decoding.shortlist import to_vocabulary
@@ -87,9 +87,10 @@ def top_extensions(logits, alive_log_probs, count, pad_id=PAD_ID, bos_id=BOS_ID)
     """
     log_probs = common.next_token_log_probs(logits, pad_id, bos_id)  # (B'·K, V)
     k = alive_log_probs.shape[1] or tf.shape(alive_log_probs)[1]
-    batch, vocab = tf.shape(alive_log_probs)[0], tf.shape(log_probs)[-1]
+    batch, vocab = tf.shape(alive_log_probs)[0], log_probs.shape[-1] or tf.shape(log_probs)[-1]
     log_probs = tf.reshape(log_probs, [batch, k, vocab]) + alive_log_probs[:, :, None]
-    log_probs, index = tf.math.top_k(tf.reshape(log_probs, [batch, k * vocab]), k=count)
+    # tf.math.top_k's results, in two cheap passes over the K·V values (decoding.topk)
+    log_probs, index = topk.top_k(tf.reshape(log_probs, [batch, k * vocab]), count)
     return log_probs, index // vocab, index % vocab
 
 
@@ -120,8 +121,8 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K)).
     """
     beam_size, alpha = _check_options(beam_size, alpha)
-    search = _Search(start.step_fn, beam_size, alpha, common.check_ids(eos_id, pad_id, bos_id),
-                     pad_id, bos_id)
+    search = BeamSearchLoop(start.step_fn, beam_size, alpha,
+                            common.check_ids(eos_id, pad_id, bos_id), pad_id, bos_id)
     batch = tf.shape(start.limits)[0]
     state = search.initial_state(start)
     out = (tf.fill([batch, beam_size, start.output_columns], pad_id),
@@ -155,8 +156,14 @@ def _gather(x, index):
     return tf.gather(x, index, batch_dims=1)
 
 
-class _Search:
-    """The loop pieces of :func:`sequence_beam_search` on a :class:`_BeamState`."""
+class BeamSearchLoop:
+    """The loop pieces of :func:`sequence_beam_search` on its state (`initial_state`,
+    `step`, `done`, `result`, `leave`), for a driver of one's own: the study
+    bench/studies/xla_segments.py runs them in XLA-compiled segments.
+
+    Args: the step function, K, α, and the end, pad and first ids (`eos_id` as
+    :func:`tfxformer.decoding.common.check_ids` returns it: -1 for none).
+    """
 
     def __init__(self, step_fn, beam_size, alpha, eos_id, pad_id, bos_id):
         self.step_fn, self.beam_size, self.alpha = step_fn, beam_size, alpha

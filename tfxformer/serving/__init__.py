@@ -15,6 +15,7 @@ from tfxformer.serving.export import (
 )
 from tfxformer.serving.loading import (
     TranslateFn,
+    load_sentencepiece_ops,
     load_translate_fn,
     make_translate_fn,
     resolve_model_dir,
@@ -30,7 +31,7 @@ from tfxformer.serving.translator import (
 
 __all__ = [
     "MultilingualTranslator", "TranslateFn", "Translator", "export_ensemble", "export_run_dir",
-    "export_saved_model", "export_translator", "load_translate_fn", "make_translate_fn",
-    "make_translator", "next_version", "resolve_model_dir", "sanitize_utf8",
+    "export_saved_model", "export_translator", "load_sentencepiece_ops", "load_translate_fn",
+    "make_translate_fn", "make_translator", "next_version", "resolve_model_dir", "sanitize_utf8",
     "saved_model_versions", "shortlist_from_data", "target_languages_of",
 ]

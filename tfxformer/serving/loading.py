@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import tensorflow as tf
 
 from tfxformer import checks, rundir
 from tfxformer.config import DecodingOptions
+from tfxformer.data.tokenizer import load_sentencepiece_ops
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 from tfxformer.serving.batching import translate_in_length_order
 from tfxformer.serving.translator import make_translator
@@ -189,8 +189,7 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
 
 
 def _load_saved_model(path):
-    if "tensorflow_text" not in sys.modules:
-        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+    load_sentencepiece_ops()
     try:
         loaded = tf.saved_model.load(path)
     except (tf.errors.OpError, OSError, ValueError) as err:
