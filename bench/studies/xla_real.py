@@ -68,15 +68,10 @@ def main(argv=None):
     import sentencepiece as spm
     import tensorflow as tf
 
-    from tfxformer import rundir
     from tfxformer.decoding import beam_search
-    from tfxformer.serving import resolve_model_dir
-    from tfxformer.serving.export import load_saved_model_weights
 
     bl.quiet_tf()
-    kind, path = resolve_model_dir(args.model)
-    load = load_saved_model_weights if kind == "saved_model" else rundir.load_model
-    model, _, spm_bytes = load(path)
+    path, model, _, spm_bytes = bl.load_trained(args.model)
     sp = spm.SentencePieceProcessor(model_proto=spm_bytes)
     with open(args.text, encoding="utf-8") as f:
         lines = f.read().splitlines()[:args.limit]

@@ -70,8 +70,8 @@ def load_sentencepiece_ops() -> None:
     (`_sentencepiece_tokenizer.so`: SentencepieceOp, SentencepieceTokenizeOp,
     SentencepieceDetokenizeOp), as TF Serving links it, instead of `import
     tensorflow_text`, which loads all of its 20-odd op libraries (~110 MiB more resident
-    memory in a serving process). Falls back to the
-    import when the library is not where tensorflow-text installs it."""
+    memory in a serving process). Falls back to the import when the library is not where
+    tensorflow-text installs it."""
     spec = importlib.util.find_spec("tensorflow_text")
     library = None if spec is None or not spec.submodule_search_locations else os.path.join(
         spec.submodule_search_locations[0], "python", "ops", "_sentencepiece_tokenizer.so")

@@ -5,6 +5,7 @@ run dir) to `translate(list[str]) -> list[str]`; the run dir itself is
 :mod:`tfxformer.rundir`'s.
 """
 
+from tfxformer.data.tokenizer import load_sentencepiece_ops
 from tfxformer.serving.export import (
     export_ensemble,
     export_run_dir,
@@ -15,7 +16,6 @@ from tfxformer.serving.export import (
 )
 from tfxformer.serving.loading import (
     TranslateFn,
-    load_sentencepiece_ops,
     load_translate_fn,
     make_translate_fn,
     resolve_model_dir,
