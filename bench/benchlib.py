@@ -107,16 +107,3 @@ def emit(result: dict) -> None:
 def log(message: str) -> None:
     print(message, flush=True)
 
-
-def load_trained(model_path: str):
-    """(path, Keras Transformer, RunRecord, SentencePiece bytes) of a SavedModel, export
-    dir (its highest version) or run dir: the variables of an export rebuilt as a model
-    (`tfxformer.pretrained.load_saved_model_weights`), a run dir's latest averaged
-    checkpoint (`tfxformer.rundir.load_model`)."""
-    from tfxformer import rundir
-    from tfxformer.pretrained import load_saved_model_weights
-    from tfxformer.serving import resolve_model_dir
-
-    kind, path = resolve_model_dir(model_path)
-    load = load_saved_model_weights if kind == "saved_model" else rundir.load_model
-    return (path, *load(path))

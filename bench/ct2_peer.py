@@ -2,20 +2,24 @@
 """CTranslate2 peer of decode_speed.py, built without torch (a reference run beside ours).
 
 The peers' CTranslate2 figures (their `infer_ct2.py`) come from a random Marian
-model converted with transformers + torch. This script builds the same shape directly as a
-`ctranslate2.specs.TransformerSpec` from numpy (seed 0): base dims, post-LN, ReLU,
-sinusoidal positions, embeddings scaled by sqrt(d), one embedding matrix shared by source,
-target and the output projection, biases everywhere, vocabulary "<unk> <s> </s> t3 ..
-t31999". Then it times `translate_batch` on 64 sources of 24 tokens (23 random + "</s>")
-with beam 4 and min = max decoding length 32 (no EOS stop), as the peers did:
-inter_threads 1, intra_threads 2; median of --repeats calls after one warm-up call.
+model converted with transformers + torch. This script converts the same shape from
+tfxformer: the base preset (post-LN, ReLU, sinusoidal positions, embeddings scaled by
+sqrt(d), one embedding matrix shared by source, target and the output projection, biases
+everywhere) with Keras' initial weights (seed 0) and the vocabulary "<pad> <unk> <s> </s>
+t4 .. t31999", converted by the package's exporter (tfxformer.serving.ctranslate2_export,
+as `scripts/export.py --format ctranslate2` does) in a process of the project's python
+(--tf-python), so that this one holds no TensorFlow. Then it times `translate_batch` on 64
+sources of 24 tokens (23 random + "</s>") with beam 4 and min = max decoding length 32 (no
+EOS stop), as the peers did: inter_threads 1, intra_threads 2; median of --repeats calls
+after one warm-up call.
 
 --vmap-size L turns on CTranslate2's vocabulary map (its dynamic vocabulary reduction,
 `use_vmap=True`) with a stand-in of the same cost as decode_speed.py's --shortlist-size L:
 one always-on line (empty source n-gram) holding the same pool of L - 4 ids (seed 0), so
 every batch decodes over that pool plus CT2's <unk> <s> </s>, L - 1 tokens.
 
-Needs only `pip install ctranslate2 numpy` (a separate venv is fine; no TensorFlow):
+Needs only `pip install ctranslate2 numpy` (a separate venv is fine; no TensorFlow) and,
+to convert the model once, the project's venv (default: .venv/bin/python):
   python bench/ct2_peer.py --compute-type float32 [--beams 4|1]
   CT2_FORCE_CPU_ISA=AVX512 python bench/ct2_peer.py --compute-type int8
   python bench/ct2_peer.py --compute-type int8 --vmap-size 4547
@@ -30,62 +34,45 @@ import math
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import time
 
 import benchlib as bl
 import numpy as np
 
-V, D, H, FF, N = 32000, 512, 8, 2048, 6
-TOKENS = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, V)]
-MODEL_DIR = "/tmp/tfx_bench_ct2_base_random"
+V, D = 32000, 512  # the base preset's d_model
+TOKENS = ["<pad>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, V)]
+MODEL_DIR = "/tmp/tfx_bench_ct2_base_tfxformer"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def build(path):
-    import ctranslate2
-    from ctranslate2.specs import transformer_spec
+    """The base preset with Keras' initial weights (seed 0) as a CTranslate2 model at `path`,
+    by the package's exporter (needs TensorFlow: the project's venv)."""
+    import keras
 
-    rng = np.random.default_rng(0)
-    spec = transformer_spec.TransformerSpec.from_config(
-        N, H, pre_norm=False, no_final_norm=True, activation=ctranslate2.specs.Activation.RELU)
+    from tfxformer import pretrained
+    from tfxformer.config import get_preset
+    from tfxformer.models.transformer import Transformer
+    from tfxformer.serving.ctranslate2_export import build_spec, save_spec
 
-    def linear(lin, out_dim, in_dim):
-        lin.weight = rng.normal(0.0, in_dim ** -0.5, (out_dim, in_dim)).astype(np.float32)
-        lin.bias = np.zeros(out_dim, np.float32)
+    keras.utils.set_random_seed(0)
+    config = get_preset("base", vocab_size=V)
+    model = Transformer(config)
+    model.build()
+    weights = {pretrained.weight_key(w.path): w.numpy() for w in model.weights}
+    save_spec(build_spec(config, weights, TOKENS), path)
 
-    def norm(ln):
-        ln.gamma, ln.beta = np.ones(D, np.float32), np.zeros(D, np.float32)
 
-    embeddings = rng.normal(0.0, D ** -0.5, (V, D)).astype(np.float32)
-    spec.encoder.embeddings[0].weight = embeddings
-    spec.decoder.embeddings.weight = embeddings
-    spec.decoder.projection.weight = embeddings
-    spec.decoder.projection.bias = np.zeros(V, np.float32)
-    for layer in spec.encoder.layer:
-        linear(layer.self_attention.linear[0], 3 * D, D)
-        linear(layer.self_attention.linear[1], D, D)
-        norm(layer.self_attention.layer_norm)
-        linear(layer.ffn.linear_0, FF, D)
-        linear(layer.ffn.linear_1, D, FF)
-        norm(layer.ffn.layer_norm)
-    for layer in spec.decoder.layer:
-        linear(layer.self_attention.linear[0], 3 * D, D)
-        linear(layer.self_attention.linear[1], D, D)
-        norm(layer.self_attention.layer_norm)
-        linear(layer.attention.linear[0], D, D)
-        linear(layer.attention.linear[1], 2 * D, D)
-        linear(layer.attention.linear[2], D, D)
-        norm(layer.attention.layer_norm)
-        linear(layer.ffn.linear_0, FF, D)
-        linear(layer.ffn.linear_1, D, FF)
-        norm(layer.ffn.layer_norm)
-    spec.register_source_vocabulary(TOKENS)
-    spec.register_target_vocabulary(TOKENS)
-
-    class RandomConverter(ctranslate2.converters.Converter):
-        def _load(self):
-            return spec
-
-    RandomConverter().convert(path, force=True)
+def build_in_project_venv(path, python):
+    """Runs :func:`build` in a process of `python` (with TensorFlow and tfxformer)."""
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([python, os.path.abspath(__file__), "--role", "build",
+                           "--model-dir", path], env=env, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"Converting the model with {python} failed ({done.returncode}); "
+                 f"--tf-python names the project's python:\n{done.stderr[-3000:]}")
 
 
 def write_vmap(path, size):
@@ -110,23 +97,30 @@ def main():
     ap.add_argument("--vmap-size", type=int, default=None, metavar="L",
                     help="use a vocabulary map of L - 1 candidates (a stand-in of "
                          "decode_speed.py --shortlist-size L; default: none)")
+    ap.add_argument("--tf-python", default=os.path.join(REPO, ".venv", "bin", "python"),
+                    help="python with TensorFlow and tfxformer, which converts the model "
+                         "once (default: %(default)s)")
+    ap.add_argument("--role", choices=["time", "build"], default="time",
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.vmap_size is not None and not 4 < args.vmap_size <= V:
         ap.error(f"--vmap-size must be in (4, {V}], got {args.vmap_size}.")
     if args.model_dir is None:
         args.model_dir = MODEL_DIR + ("" if args.vmap_size is None else f"_vmap{args.vmap_size}")
 
+    if args.role == "build":
+        return build(args.model_dir)
     import ctranslate2
 
     if not os.path.exists(os.path.join(args.model_dir, "model.bin")):
-        build(args.model_dir)
+        build_in_project_venv(args.model_dir, args.tf_python)
     if args.vmap_size is not None:
         write_vmap(args.model_dir, args.vmap_size)
     translator = ctranslate2.Translator(args.model_dir, device="cpu",
                                         compute_type=args.compute_type, inter_threads=1,
                                         intra_threads=2)
     rng = np.random.default_rng(0)
-    ids = rng.integers(3, V, size=(args.batch_size, args.src_len - 1))
+    ids = rng.integers(4, V, size=(args.batch_size, args.src_len - 1))
     source = [[TOKENS[i] for i in row] + ["</s>"] for row in ids]
     steps = args.decode_steps
 
@@ -146,8 +140,8 @@ def main():
         times.append(time.perf_counter() - start)
     med = statistics.median(times)
     print(json.dumps({
-        "bench": "translate", "system": f"CTranslate2 {ctranslate2.__version__} (spec built "
-        "from numpy)", "compute_type": args.compute_type,
+        "bench": "translate", "system": f"CTranslate2 {ctranslate2.__version__} (tfxformer "
+        "base, random weights, tfxformer's exporter)", "compute_type": args.compute_type,
         "compute_type_resolved": translator.compute_type,
         "cpu_isa_env": os.environ.get("CT2_FORCE_CPU_ISA", "(auto)"), "beams": args.beams,
         "vmap_size": args.vmap_size,

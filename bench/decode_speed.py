@@ -28,7 +28,6 @@ bench/README.md measures fastest is what BEST should hold; change it there and h
   python bench/decode_speed.py                      # beam 4, fp32
   python bench/decode_speed.py --best               # = --precision bf16 --shortlist-size 4547
   python bench/decode_speed.py --greedy --xla
-  python bench/decode_speed.py --per-step           # time per step vs step index
   python bench/decode_speed.py --lengths 16,32,64,128,256,512 --batch-size 8
   python bench/decode_speed.py --preset tiny --vocab-size 1000 --repeats 2   # smoke test
 
@@ -39,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import benchlib as bl
 import flops
@@ -73,9 +71,6 @@ def parse_args(argv=None):
                     help="fixed-size self-attention cache written in place each step (XLA's "
                          "layout) instead of the default growing one")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls after one warm-up")
-    ap.add_argument("--per-step", action="store_true",
-                    help="time each decoding step on its own (decode_step + log-softmax + "
-                         "top-k + cache reorder), to show the cost per step is constant")
     ap.add_argument("--lengths", default=None,
                     help="scaling mode: comma-separated L; source length = decode steps = L")
     ap.add_argument("--patch", default=None,
@@ -196,59 +191,6 @@ def run_calls(args, model, config, batch, src_len, steps):
     }
 
 
-def per_step(args, model):
-    """Times one beam step at each step index i (--decode-steps steps).
-
-    The step is the model part of a beam-search step, on the public decoding API: the
-    Transformer's step function (`tfxformer.decoding.transformer_decoder`) on the B*K last
-    tokens, `top_extensions` (float32 log-softmax, top-2K over K*V candidates) and the
-    tf.gather that reorders the self-attention caches. (Sequence bookkeeping of the real
-    loop is left out.) With the default growing cache, step i attends over and reorders
-    i + 1 positions; with --static-cache (or --xla) every step works on all slots.
-    """
-    import tensorflow as tf
-
-    from tfxformer.decoding import shortlist_ids, top_extensions, transformer_decoder
-
-    batch, k, steps = args.batch_size, (1 if args.greedy else args.beam_size), args.decode_steps
-    static = args.static_cache or args.xla
-    src = source_ids(batch, args.src_len, args.vocab_size)
-    table = stand_in_table(args)
-    start = transformer_decoder(model, src, beams=k, extra_length=steps,
-                                max_output_length=steps, static_cache=static,
-                                shortlist=None if table is None else shortlist_ids(src, table))
-    cache, scores = start.cache, tf.zeros([batch, k])
-
-    @tf.function(jit_compile=args.xla, reduce_retracing=True)
-    def step(tokens, cache, i):
-        logits, cache = start.step_fn(tokens, i, cache, start.context)
-        _, beams, next_tokens = top_extensions(logits, scores, 2 * k)
-        rows = tf.reshape(beams[:, :k] + tf.range(batch)[:, None] * k, [-1])
-        cache = tf.nest.map_structure(lambda t: tf.gather(t, rows), cache)
-        return tf.reshape(next_tokens[:, :k], [-1, 1]), cache
-
-    tokens = tf.fill([batch * k, 1], 2)
-    rounds = []
-    for r in range(1 + max(1, args.repeats)):  # round 0 traces and warms up
-        c, t, ms = cache, tokens, []
-        for i in range(steps):
-            began = time.perf_counter()
-            t, c = step(t, c, tf.constant(i))
-            t.numpy()
-            ms.append(1e3 * (time.perf_counter() - began))
-        if r:
-            rounds.append(ms)
-    med = [round(statistics.median(col), 2) for col in zip(*rounds, strict=True)]
-    for i, v in enumerate(med):
-        bl.log(f"step {i:4d}: {v:8.2f} ms")
-    first, last = statistics.median(med[: max(1, steps // 4)]), statistics.median(
-        med[-max(1, steps // 4):])
-    return {"mode": "per_step", "batch_size": batch, "beams": k, "src_len": args.src_len,
-            "cache_length": steps if static else "grows 1..steps", "per_step_ms_median": med,
-            "first_quarter_ms": round(first, 2), "last_quarter_ms": round(last, 2),
-            "last_over_first": round(last / first, 3)}
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.patch:
@@ -263,9 +205,7 @@ def main(argv=None):
             # growing self-attention cache by default; XLA needs the fixed-size one
             "cache": "static" if args.xla or args.static_cache else "growing",
             "peak_gflops_for_mfu": flops.PEAK_GFLOPS}
-    if args.per_step:
-        result = {**head, **per_step(args, model)}
-    elif args.lengths:
+    if args.lengths:
         rows = []
         for length in (int(v) for v in args.lengths.split(",")):
             row = run_calls(args, model, model.model_config.to_dict(), args.batch_size, length,

@@ -24,7 +24,13 @@ On a loaded machine wall times mostly measure the other load; each stage's CPU s
 (`stages_cpu_s`; on one core, about the time a free core would take) and the one-core
 child's target tokens per CPU-second (`target_tokens_per_cpu_second`) say more there.
 
+`--corpus multi30k` takes the first `--pairs` Multi30k training pairs instead (val: its
+`val`); `--subword-sampling ALPHA` is train_wmt.py's (BPE-dropout, no token cache). Sampled
+segmentations are longer, so compare pipelines by pairs per second (`pairs_per_second_*`).
+
     PYTHONPATH=$PWD nice -n 10 python bench/pipeline_speed.py --pairs 4500000 --cache on
+    PYTHONPATH=$PWD python bench/pipeline_speed.py --corpus multi30k --pairs 29000 \
+        --vocab-size 8000 --batch-tokens 4096 --seconds 30 --subword-sampling 0.1
 
 Progress (stage lines, the cache's parts) goes to stderr. Last line: JSON with pairs,
 cache, seconds_to_first_batch (cold), seconds_to_first_batch_warm, peak_rss_mib (the
@@ -92,12 +98,25 @@ def make_corpus(folder: str, pairs: int, shared: str, seed: int = 0) -> dict:
             "newstest_mean_target_words": round(float(news_words), 1)}
 
 
+def make_multi30k(folder: str, pairs: int, shared: str) -> dict:
+    """Writes the first `pairs` Multi30k training pairs as train.en/.de, and its val."""
+    os.makedirs(folder, exist_ok=True)
+    for lang in ("en", "de"):
+        lines = _lines(f"{shared}/multi30k/train.{lang}")[:pairs]
+        with open(f"{folder}/train.{lang}", "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        shutil.copy(f"{shared}/multi30k/val.{lang}", f"{folder}/val.{lang}")
+    words = sum(line.count(" ") + 1 for line in lines)  # the last language's: the target
+    return {"pairs": len(lines), "mean_target_words": round(words / len(lines), 1)}
+
+
 def _config(args):
     from tfxformer import training
 
     return training.TrainConfig(model_dir=args.run_dir, data=args.folder,
                                 vocab_size=args.vocab_size, batch_tokens=args.batch_tokens,
-                                eval_every=0, token_cache=args.cache == "on")
+                                eval_every=0, token_cache=args.cache == "on",
+                                subword_sampling=args.subword_sampling)
 
 
 def _rss_mib() -> int:
@@ -143,26 +162,29 @@ def steady(args) -> dict:
     """Target tokens/s of the training pipeline after a warm-up (this process's cores)."""
     import tensorflow as tf
 
-    from tfxformer import rundir, training
+    from tfxformer import training
     from tfxformer.data import sources
+    from tfxformer.data.tokenizer import load_vocabulary
     from tfxformer.distribute import make_strategy
 
     config = _config(args)
     corpus = sources.load_corpus(config.data, config.src, config.tgt)
-    tokenizer = rundir.load_vocabulary(os.path.join(config.model_dir, "spm.model"))
+    tokenizer = load_vocabulary(os.path.join(config.model_dir, "spm.model"))
     cache = training.prepare_token_cache(config, corpus, tokenizer, make_strategy(1), True)
     iterator = iter(training.training_dataset(config, corpus, tokenizer, 1, cache))
     warm_until = time.perf_counter() + min(20.0, args.seconds)
     while time.perf_counter() < warm_until:  # fills the shuffle buffer, starts the threads
         next(iterator)
-    tokens, batches = 0, 0
+    tokens, batches, pairs = 0, 0, 0
     began, cpu_began = time.perf_counter(), time.process_time()
     while time.perf_counter() - began < args.seconds:
         _, labels = next(iterator)
         tokens += int(tf.math.count_nonzero(labels))
-        batches += 1
+        batches, pairs = batches + 1, pairs + int(labels.shape[0])
     elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
     return {"target_tokens_per_second": round(tokens / elapsed),
+            "pairs_per_second": round(pairs / elapsed),
+            "pairs_per_cpu_second": round(pairs / max(cpu, 1e-9)),
             "target_tokens_per_cpu_second": round(tokens / max(cpu, 1e-9)),
             "batches": batches, "cores_used": len(os.sched_getaffinity(0)),
             "peak_rss_mib": _rss_mib()}
@@ -172,7 +194,8 @@ def _child(args, phase: str, core: int | None = None) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--phase", phase,
                "--folder", args.folder, "--run-dir", args.run_dir, "--cache", args.cache,
                "--seconds", str(args.seconds), "--batch-tokens", str(args.batch_tokens),
-               "--vocab-size", str(args.vocab_size)]
+               "--vocab-size", str(args.vocab_size),
+               "--subword-sampling", str(args.subword_sampling)]
     if core is not None:
         command = ["taskset", "-c", str(core)] + command
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
@@ -192,6 +215,11 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="steady-state window")
     parser.add_argument("--core", type=int, default=1, help="core of the one-core run")
     parser.add_argument("--shared", default=SHARED, help="the shared data folder")
+    parser.add_argument("--corpus", choices=("wmt14-like", "multi30k"), default="wmt14-like",
+                        help="a WMT14-like corpus made from the shared text, or the first "
+                             "--pairs Multi30k training pairs")
+    parser.add_argument("--subword-sampling", type=float, default=0.0,
+                        help="train_wmt.py's --subword-sampling (BPE-dropout; 0 = off)")
     parser.add_argument("--phase", choices=("cold", "warm", "steady"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", help=argparse.SUPPRESS)
@@ -206,13 +234,16 @@ def main(argv=None) -> int:
         args.folder, args.run_dir = os.path.join(work, "corpus"), os.path.join(work, "run")
         load_before = round(os.getloadavg()[0], 2)
         began = time.perf_counter()
-        corpus = make_corpus(args.folder, args.pairs, args.shared)
+        corpus = make_corpus(args.folder, args.pairs, args.shared) \
+            if args.corpus == "wmt14-like" else make_multi30k(args.folder, args.pairs,
+                                                             args.shared)
         corpus["seconds_to_make"] = round(time.perf_counter() - began, 1)
         print(json.dumps({"phase": "corpus", **corpus}), file=sys.stderr, flush=True)
         cold, warm = _child(args, "cold"), _child(args, "warm")
         one, every = _child(args, "steady", args.core), _child(args, "steady")
         print(json.dumps({
             "bench": "pipeline_speed", "pairs": args.pairs, "cache": args.cache,
+            "corpus_kind": args.corpus, "subword_sampling": args.subword_sampling,
             "corpus": corpus, "vocab_size": args.vocab_size, "batch_tokens": args.batch_tokens,
             "seconds_to_first_batch": cold["seconds_to_first_batch"],
             "stages_s": cold["stages_s"], "stages_cpu_s": cold["stages_cpu_s"],
@@ -225,6 +256,9 @@ def main(argv=None) -> int:
             "target_tokens_per_second_per_core": one["target_tokens_per_second"],
             "target_tokens_per_second_all_cores": every["target_tokens_per_second"],
             "target_tokens_per_cpu_second": one["target_tokens_per_cpu_second"],
+            "pairs_per_second_per_core": one["pairs_per_second"],
+            "pairs_per_second_all_cores": every["pairs_per_second"],
+            "pairs_per_cpu_second": one["pairs_per_cpu_second"],
             "cores": every["cores_used"],
             "loadavg_1min": {"before": load_before, "after": round(os.getloadavg()[0], 2)}}))
     finally:

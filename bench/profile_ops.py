@@ -13,7 +13,7 @@ time here (--inter-op 1), so op durations do not overlap and sum to about the wa
   python bench/profile_ops.py --what train --steps 2
   python bench/profile_ops.py --what beam --steps 2
   python bench/profile_ops.py --what train --preset tiny --vocab-size 1000   # smoke test
-  python bench/profile_ops.py --what translate --model saved_models/multi30k_en_de/5 \
+  python bench/profile_ops.py --what translate --model saved_models/multi30k_en_de \
       --text ../shared/data/multi30k/test_2016_flickr.en --batch-size 64 --steps 3
 
 `--what translate` profiles a SavedModel translator (strings in, strings out: the
@@ -105,12 +105,11 @@ def translate_workload(args):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the graph)
 
+    from tfxformer.serving import resolve_model_dir
+
     if not args.model or not args.text:
         raise SystemExit("--what translate needs --model (a SavedModel) and --text (a file).")
-    path = args.model
-    versions = [d for d in os.listdir(path) if d.isdigit()] if os.path.isdir(path) else []
-    if versions and not os.path.exists(os.path.join(path, "saved_model.pb")):
-        path = os.path.join(path, max(versions, key=int))
+    _, path = resolve_model_dir(args.model)  # an export dir -> its highest version
     with open(args.text, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f][:args.batch_size or 64]
     signature = tf.saved_model.load(path).signatures["serving_default"]

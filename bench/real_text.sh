@@ -3,14 +3,13 @@
 # (~30 min on a 2-core machine):
 #   1. the bench workload (base, random weights, 64 x 24, beam 4, 32 steps), alternating
 #      tfxformer and CTranslate2, twice: fp32 vs ct2 float32, --best vs ct2 int8
-#      (its default ISA, AVX-512 forced, and with a vocabulary map of the shortlist's size);
+#      (without and with a vocabulary map of the shortlist's size);
 #   2. real text: bench/translate_real.py on test_2016_flickr and newstest2014 (shipped
 #      fp32, best = re-export + shortlist, ct2 float32, ct2 int8) on all cores, and on
 #      test_2016_flickr pinned to core 0 (one thread each);
 #   2b. each system at its best thread setting (best_*: concurrent callers or batches,
 #      one per core, one thread each; sentences per batch swept), both sets;
-#   3. XLA on real text (bench/studies/xla_real.py) and the memory breakdown
-#      (bench/decode_memory.py).
+#   3. the memory breakdown (bench/decode_memory.py).
 # Logs: bench/results/real_text/<name>.log (each ends with its JSON line(s)); `uptime`
 # before every run goes to bench/results/real_text/load.log.
 #   bash bench/real_text.sh            # everything
@@ -49,8 +48,6 @@ for pass in 1 2; do
   run "ct2_int8_$pass"            "$CT2PY" bench/ct2_peer.py --compute-type int8
   run "ct2_int8_vmap_$pass"       "$CT2PY" bench/ct2_peer.py --compute-type int8 \
                                        --vmap-size 4547   # = decode_speed's BEST_SHORTLIST_SIZE
-  run "ct2_int8_avx512_$pass"     env CT2_FORCE_CPU_ISA=AVX512 "$CT2PY" bench/ct2_peer.py \
-                                       --compute-type int8
 done
 run translate_real "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats 3 \
     --sets test_2016_flickr newstest2014 \
@@ -73,7 +70,6 @@ run best_news1000 "$PY" bench/translate_real.py --ct2-python "$CT2PY" --repeats 
 run best_eigen_test2016 env TF_ENABLE_ONEDNN_OPTS=0 "$PY" bench/translate_real.py --repeats 3 \
     --sets test_2016_flickr --modes concurrent --systems tfxformer-fp32 tfxformer-best \
     --best-shortlist "$SHORTLIST"
-run xla_real       "$PY" bench/studies/xla_real.py --limit 320 --repeats 3
 run decode_memory_fp32 "$PY" bench/decode_memory.py
 run decode_memory_best "$PY" bench/decode_memory.py --best
 echo "$(date -u +%H:%M:%S) end: $(uptime)" | tee -a "$out/load.log"

@@ -29,16 +29,10 @@ run decode_beam4_fp32_xla         bench/decode_speed.py $D --xla
 run decode_beam4_bf16             bench/decode_speed.py $D --precision bf16
 run decode_greedy_fp32            bench/decode_speed.py $D --greedy
 run decode_greedy_fp32_xla        bench/decode_speed.py $D --greedy --xla
-run decode_per_step               bench/decode_speed.py --per-step --repeats 2
-run decode_per_step_static        bench/decode_speed.py --per-step --repeats 2 --static-cache
 run decode_beam4_bf16_xla         bench/decode_speed.py $D --precision bf16 --xla
 run profile_train                 bench/profile_ops.py --what train --steps 2
 run profile_beam                  bench/profile_ops.py --what beam --steps 2
-run microbench                    bench/studies/microbench.py
-run microbench_loss               bench/studies/microbench.py --cases loss
 run train_fp32_xla_vs_kerashub    bench/train_speed.py $T --xla --peer keras-hub
-run whatif_beam_fused_topk        bench/studies/whatif.py --what beam --patch fused_topk --repeats 3
-run decode_compaction             bench/studies/decode_compaction.py
 run complexity                    bench/complexity.py
 # CTranslate2 in the same run (TFXFORMER_CT2_PYTHON: the python of a venv with
 # `pip install ctranslate2 numpy`; skipped, with a note, when it is not set)
@@ -47,7 +41,7 @@ if [ -z "$CT2PY" ] || [ ! -x "$CT2PY" ]; then
   echo "== CTranslate2 runs skipped: set TFXFORMER_CT2_PYTHON to the python of a CTranslate2 venv" >&2
 else
   PY=$CT2PY run ct2_beam4_fp32                          bench/ct2_peer.py --compute-type float32
-  CT2_FORCE_CPU_ISA=AVX512 PY=$CT2PY run ct2_beam4_int8_avx512 bench/ct2_peer.py --compute-type int8
+  PY=$CT2PY run ct2_beam4_int8                          bench/ct2_peer.py --compute-type int8
   PY=$CT2PY run ct2_greedy_fp32                         bench/ct2_peer.py --compute-type float32 --beams 1
 fi
 run scaling_train                 bench/train_speed.py --lengths 16,32,64,128,256,512 --steps 2 --warmup 1
@@ -57,11 +51,6 @@ S="--preset tiny --vocab-size 1000"
 run smoke_train                   bench/train_speed.py $S --steps 2 --warmup 1 --peer keras-hub
 run smoke_train_scaling           bench/train_speed.py $S --steps 1 --warmup 1 --lengths 16,32
 run smoke_decode                  bench/decode_speed.py $S --repeats 1
-run smoke_decode_per_step         bench/decode_speed.py $S --repeats 1 --per-step --decode-steps 8
 run smoke_complexity              bench/complexity.py --d-model 64 --lengths 16,64 --repeats 1 --plot /tmp/complexity_smoke.png
 run smoke_profile                 bench/profile_ops.py $S --what beam --steps 1 --top 5
-run smoke_microbench              bench/studies/microbench.py --small --repeats 1
-run smoke_whatif                  bench/studies/whatif.py $S --what beam --patch fused_topk --repeats 1
-run smoke_decode_compaction       bench/studies/decode_compaction.py $S --long-len 40 --repeats 1
 run smoke_decode_memory           bench/decode_memory.py $S
-run smoke_xla_real                bench/studies/xla_real.py --limit 64 --repeats 1

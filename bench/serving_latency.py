@@ -11,7 +11,7 @@ ops registered) and prints one JSON line per measurement:
 - `long`: 63 normal sentences alone against the same 63 plus one 10,000-character input
   (real sentences joined into one line), warm, medians.
 
-    python bench/serving_latency.py --model saved_models/multi30k_en_de/5 \
+    python bench/serving_latency.py --model saved_models/multi30k_en_de \
         --data ../shared/data/multi30k [--what cold long] [--repeats 3]
 
 Not run by the test suite. Rerun after decoding changes: `long` is what compaction of

@@ -18,7 +18,7 @@ in its own child process; the figure is the child's peak RSS (`wait4` rusage, ru
 --env runs every loader once more per variant with those environment variables, e.g.
 `--env TF_ENABLE_ONEDNN_OPTS=0` (TensorFlow's oneDNN kernels and their primitive caches off).
 
-    PYTHONPATH=$PWD python bench/serving_memory.py --model saved_models/multi30k_en_de/5 \
+    PYTHONPATH=$PWD python bench/serving_memory.py --model saved_models/multi30k_en_de \
         --data ../shared/data/multi30k [--env TF_ENABLE_ONEDNN_OPTS=0]
 
 One JSON line per loader and variant: {"loader", "env", "peak_rss_mib", "stages_mib"} (and

@@ -30,10 +30,10 @@ What it reports (MiB; 1 MiB = 2^20 bytes):
   process's RSS before the model existed (Python, TensorFlow and oneDNN themselves).
 
 Environment settings (allocator choices such as MALLOC_ARENA_MAX, TF_CPU_ALLOCATOR_USE_BFC)
-are read from the environment and echoed in the JSON line; `--compare ... --env-variants`
-runs each named setting in its own process. `--threads N` sets TensorFlow's intra- and
-inter-op pools (default: TensorFlow's choice from the CPUs the process may use, so a
-`taskset -c 1` run gets one thread each, and runs fewer ops at once than an unpinned run).
+are read from the environment and echoed in the JSON line. `--threads N` sets TensorFlow's
+intra- and inter-op pools (default: TensorFlow's choice from the CPUs the process may use,
+so a `taskset -c 1` run gets one thread each, and runs fewer ops at once than an unpinned
+run).
 The last line printed is one JSON object.
 """
 
@@ -54,15 +54,6 @@ MIB = 2 ** 20
 ENV_KEYS = ("MALLOC_ARENA_MAX", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
             "MALLOC_TOP_PAD_", "TF_CPU_ALLOCATOR_USE_BFC", "TF_ENABLE_ONEDNN_OPTS",
             "TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "LD_PRELOAD", "OMP_NUM_THREADS")
-# Named environment settings for --env-variants (each one process).
-ENV_VARIANTS = {
-    "default": {},
-    "arena2": {"MALLOC_ARENA_MAX": "2"},
-    "trim": {"MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_MMAP_THRESHOLD_": "1048576"},
-    "bfc": {"TF_CPU_ALLOCATOR_USE_BFC": "1"},
-    "onednn_sysalloc": {"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "1"},
-    "no_onednn": {"TF_ENABLE_ONEDNN_OPTS": "0"},  # Eigen kernels, glibc malloc: slower
-}
 
 
 def parse_args(argv=None):
@@ -89,12 +80,10 @@ def parse_args(argv=None):
                     help="intra- and inter-op threads (0: TensorFlow's default)")
     ap.add_argument("--sample-ms", type=float, default=5.0, help="VmRSS sampling period")
     ap.add_argument("--compare", default=None,
-                    help="comma-separated precisions: run every (precision, loss, env) "
+                    help="comma-separated precisions: run every (precision, loss) "
                          "combination in its own process and print a summary")
     ap.add_argument("--losses", default="default",
                     help="with --compare: comma-separated --loss values")
-    ap.add_argument("--env-variants", default="default",
-                    help=f"with --compare: comma-separated settings of {sorted(ENV_VARIANTS)}")
     return ap.parse_args(argv)
 
 
@@ -362,44 +351,38 @@ def measure(args) -> dict:
 # --- several processes ---------------------------------------------------------------------
 
 def compare(args, argv) -> dict:
-    """Runs every (precision, loss, env) combination in a fresh process of this script."""
+    """Runs every (precision, loss) combination in a fresh process of this script."""
     passthrough, skip = [], False
     for item in argv:  # this script's own flags minus the --compare ones
         if skip:
             skip = False
             continue
-        if item in ("--compare", "--losses", "--env-variants", "--loss", "--precision"):
+        if item in ("--compare", "--losses", "--loss", "--precision"):
             skip = True
             continue
-        if item.split("=")[0] in ("--compare", "--losses", "--env-variants", "--loss",
-                                  "--precision"):
+        if item.split("=")[0] in ("--compare", "--losses", "--loss", "--precision"):
             continue
         passthrough.append(item)
     runs = []
-    for env_name in args.env_variants.split(","):
-        if env_name not in ENV_VARIANTS:
-            raise SystemExit(f"--env-variants: unknown {env_name!r}; choose from "
-                             f"{sorted(ENV_VARIANTS)}")
-        for precision in args.compare.split(","):
-            for loss in args.losses.split(","):
-                cmd = [sys.executable, os.path.abspath(__file__), "--precision", precision,
-                       "--loss", loss, *passthrough]
-                env = {**os.environ, **ENV_VARIANTS[env_name]}
-                bl.log(f"--- {precision}, loss {loss}, env {env_name}: {' '.join(cmd[1:])}")
-                out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-                lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-                if out.returncode != 0 or not lines:
-                    raise SystemExit(f"run failed ({out.returncode}):\n{out.stdout[-2000:]}\n"
-                                     f"{out.stderr[-4000:]}")
-                result = json.loads(lines[-1])
-                bl.log(f"    peak RSS {result['peak_rss_mib']} MiB, measured-step peak "
-                       f"{result['measured_step_peak_mib']} MiB, losses {result['losses']}")
-                runs.append({"precision": precision, "loss": result["loss"], "env": env_name,
-                             "peak_rss_mib": result["peak_rss_mib"],
-                             "peak_rss_gib": result["peak_rss_gib"],
-                             "measured_step_peak_mib": result["measured_step_peak_mib"],
-                             "floor_mib": result["floor_mib"]["total_mib"],
-                             "losses": result["losses"], "phases": result["phases"]})
+    for precision in args.compare.split(","):
+        for loss in args.losses.split(","):
+            cmd = [sys.executable, os.path.abspath(__file__), "--precision", precision,
+                   "--loss", loss, *passthrough]
+            bl.log(f"--- {precision}, loss {loss}: {' '.join(cmd[1:])}")
+            out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+            if out.returncode != 0 or not lines:
+                raise SystemExit(f"run failed ({out.returncode}):\n{out.stdout[-2000:]}\n"
+                                 f"{out.stderr[-4000:]}")
+            result = json.loads(lines[-1])
+            bl.log(f"    peak RSS {result['peak_rss_mib']} MiB, measured-step peak "
+                   f"{result['measured_step_peak_mib']} MiB, losses {result['losses']}")
+            runs.append({"precision": precision, "loss": result["loss"],
+                         "peak_rss_mib": result["peak_rss_mib"],
+                         "peak_rss_gib": result["peak_rss_gib"],
+                         "measured_step_peak_mib": result["measured_step_peak_mib"],
+                         "floor_mib": result["floor_mib"]["total_mib"],
+                         "losses": result["losses"], "phases": result["phases"]})
     return {"bench": "train_memory_compare", "preset": args.preset, "probe": args.probe,
             "runs": runs, **bl.machine()}
 

@@ -181,9 +181,6 @@ def main(argv=None):
     args = parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         raise SystemExit("--steps must be >= 1 and --warmup >= 0")
-    if args.patch and "fused_loss" in args.patch.split(",") and args.loss == "fused":
-        raise SystemExit("--patch fused_loss replaces the loss on the logits, which the "
-                         "Trainer's fused loss does not use: add --loss logits")
     policy = bl.set_precision(args.precision)
     if args.patch:
         patches.apply(args.patch)

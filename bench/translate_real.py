@@ -8,36 +8,42 @@ Systems, each run in its own process (so that `ru_maxrss` is its own peak RSS):
                   (`scripts/export.py --precision fp32`, --best-precision) into a temp dir,
                   same signature. fp32 because it was the fastest measured on this CPU:
                   bf16 (AVX512-BF16) no faster on test_2016 and slower on newstest2014 for
-                  this d_model=128 model; Keras int8 slower than fp32
-                  (bench/results/keras_quantize.log). See bench/README.md.
+                  this d_model=128 model; Keras int8 slower than fp32 (bench/README.md,
+                  "Studies").
                   --best-shortlist K,N adds a vocabulary shortlist to it.
   tfxformer-shortlist  the same variables re-exported at fp32 with a vocabulary shortlist
                   (`scripts/export.py --shortlist K,N`, --shortlist, default 20,1000; the
                   table from the model's training data, multi30k train.en/train.de): the
                   shortlist lever alone, same signature (docs/serving.md, "Vocabulary shortlist").
-  ct2-float32,    the same trained weights converted to CTranslate2 with its Python
-  ct2-int8        `ctranslate2.specs` API from numpy (as bench/ct2_peer.py does for random
-                  weights), loaded with compute_type float32 / int8.
+  tfxformer-ct2search  the same variables re-exported at fp32 with CTranslate2's search
+                  (`scripts/export.py --stopping finished --length-normalization length`):
+                  beside ct2-float32, the row that compares the same search.
+  ct2-float32,    the same trained weights converted to CTranslate2 by the package
+  ct2-int8        (`scripts/export.py --format ctranslate2`, tfxformer.serving.ctranslate2_export,
+                  in the project venv: the CT2 venv's CTranslate2 must read its model.bin, so
+                  keep both on the same version), loaded with compute_type float32 / int8.
 
-The conversion (`build_ct2`): post-norm, ReLU, embeddings scaled by sqrt(d) (§3.4), one
-matrix for source and target embeddings and the output projection (bias 0), LayerNorm
-epsilon from config.json (1e-6), fused QKV / KV weights (Dense kernels transposed to CT2's
-(out, in)), and the position table given explicitly: ours interleaves sin/cos (§3.5,
-tfxformer/layers/position.py, positions from 0, angle pos / 10000^(2i/d)) while CT2's
-built-in table (src/layers/common.cc, generate_sinusoidal_position_encoding) is [sin | cos]
-halves, positions from 1, angle pos / 10000^(i/(d/2 - 1)); so `sinusoid_table` (numpy, our
-formula) is stored as `position_encodings.encodings`, which CT2 indexes from position 0.
-Vocabulary: the SentencePiece pieces of assets/spm.model in id order (<pad> <unk> <s> </s>
-...: CT2's default unk/bos/eos names; decoding starts with <s>).
 SentencePiece stays outside CT2: sources are encoded to pieces, cut to max_input_tokens - 1,
 then "</s>" (as our translator does); output pieces are decoded with SentencePiece.
-Decoding options as ours: the SavedModel's beam size and α (its assets/config.json
-`decoding`, what serving_default runs: beam 4, α 0.6 for version 2, α 1.4 for version 3)
-as CT2's `beam_size` and `length_penalty` (CT2 divides by ((5 + |Y|) / 6)^α
-with |Y| counting the EOS, as tfxformer.decoding.length_penalty does), <pad> and <s> never
-generated (`suppress_sequences`), sentences sorted by length in batches of 64, each batch's
+Decoding options: the SavedModel's beam size and α (its assets/config.json `decoding`,
+what serving_default runs: beam 4, α 0.6 for version 2, α 1.4 for version 3) as CT2's
+`beam_size` and `length_penalty` as they are (CT2 divides log P by |Y|^α, |Y| without the
+EOS; ours by ((5 + |Y|) / 6)^α: tfxformer.serving.ctranslate2 maps α for its own
+translate function, this worker does not), <pad> and <s> never generated
+(`suppress_sequences`), sentences sorted by length in batches of 64, each batch's
 `max_decoding_length` = min(max_output_tokens, longest source + extra_length) (ours is per
 sentence; equal while no output runs past its own source + 50).
+
+Search, system by system (what stops a sentence before its limit; what log P is divided
+by): tfxformer-fp32, -best and -shortlist run the shipped export's, which the re-exports
+inherit: "bound" (K hypotheses finished and no alive one could still beat the worst of
+them, even at the length penalty of its limit) and "gnmt" (((5 + |Y|) / 6)^α, |Y| with
+the EOS). tfxformer-ct2search runs "finished" (K hypotheses finished) and "length" (|Y|^α,
+|Y| without the EOS). ct2-* run CTranslate2's BeamSearch::search (src/decoding.cc): a
+sentence ends once K (patience 1) hypotheses have finished (at α 0, once its best beam has
+finished), each scored log P / |Y|^α (`finalize_hypothesis_score`, |Y| without the EOS:
+`return_end_token` off), so tfxformer-ct2search and ct2-float32 differ only by arithmetic
+and by CT2's per-batch length limit; the log says how many of their translations are equal.
 
 Timing: per system, set, mode and batch size, one untimed warm-up call on the first 64
 sentences, then --repeats passes over the whole set; sentences/s and target tokens/s
@@ -54,7 +60,7 @@ setting: num_batch_threads = cores, --tensorflow_intra_op_parallelism=1); CT2: e
 submitted asynchronously, inter_threads = cores, intra_threads 1. On a machine where
 another job holds a core, pin both sides to the free ones: CT2 with more threads than free
 cores stalls (64 sentences, core 0 busy with a training: 37.5 s and 50.6 s with 2 threads
-vs 0.18 s with 1; bench/results/translate_real.log).
+vs 0.18 s with 1; `git show cf95ca4^:bench/results/translate_real_sitting1.log`).
 
 Environments: the TF part runs in the project venv (PYTHONPATH = repo root), the CT2 part
 in its own venv, no TensorFlow, named by --ct2-python or TFXFORMER_CT2_PYTHON:
@@ -80,13 +86,13 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "..", "shared", "data")
 EXPORT_DIR = os.path.join(REPO, "saved_models", "multi30k_en_de")
-SYSTEMS = ("tfxformer-fp32", "tfxformer-best", "tfxformer-shortlist", "ct2-float32",
-           "ct2-int8")
+SYSTEMS = ("tfxformer-fp32", "tfxformer-best", "tfxformer-shortlist", "tfxformer-ct2search",
+           "ct2-float32", "ct2-int8")
+# CTranslate2's beam search as export flags: stop at K finished, log P / |Y|^α without EOS.
+CT2_SEARCH = ("--stopping", "finished", "--length-normalization", "length")
 DEFAULT_SHORTLIST = "20,1000"  # BLEU 0.07 below the full vocabulary (docs/serving.md)
 MODES = ("single", "concurrent")
 SETS = {"test_2016_flickr": ("multi30k", "test_2016_flickr"),
@@ -96,104 +102,11 @@ WARMUP = 64
 AGREEMENT_BLEU = 0.3
 
 
-def sinusoid_table(positions: int, d_model: int) -> np.ndarray:
-    """(positions, d_model) float32 table, sine and cosine interleaved as §3.5 writes it:
-    PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
-    angles = (np.arange(positions, dtype=np.float32)[:, None]
-              / np.power(np.float32(10000.0),
-                         np.arange(0, d_model, 2, dtype=np.float32) / np.float32(d_model)))
-    return np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(positions, d_model)
-
-
 def latest_version(export_dir: str) -> str:
     versions = [int(v) for v in os.listdir(export_dir) if v.isdigit()]
     if not versions:
         raise FileNotFoundError(f"No numbered SavedModel version in {export_dir!r}.")
     return os.path.join(export_dir, str(max(versions)))
-
-
-def export_npz(model_dir: str, path: str) -> None:
-    """The SavedModel's variables (key: Keras path, no ":0") and its config.json (key
-    "config.json") into one .npz. Needs TensorFlow (and tensorflow-text for its ops)."""
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (the SavedModel's SentencePiece ops)
-
-    loaded = tf.saved_model.load(model_dir)
-    arrays = {v.name.rsplit(":", 1)[0]: v.numpy() for v in loaded.model_variables}
-    with open(os.path.join(model_dir, "assets", "config.json")) as f:
-        arrays["config.json"] = np.array(f.read())
-    np.savez(path, **arrays)
-
-
-def set_ct2_layer(spec_layer, weights, prefix, norm_name, kind):
-    """One encoder/decoder layer of the CT2 spec from the npz weights under `prefix`."""
-    def dense(lin, *names):  # our kernels are (in, out); CT2 wants (out, in)
-        lin.weight = np.concatenate([weights[f"{prefix}/{n}_kernel"].T for n in names], 0)
-        lin.bias = np.concatenate([weights[f"{prefix}/{n}_bias"] for n in names], 0)
-
-    def norm(ln, block):
-        ln.gamma = weights[f"{prefix}/{block}/norm/gamma"]
-        ln.beta = weights[f"{prefix}/{block}/norm/beta"]
-
-    att = spec_layer.self_attention
-    dense(att.linear[0], "self_attention/query", "self_attention/key", "self_attention/value")
-    dense(att.linear[1], "self_attention/output")
-    norm(att.layer_norm, norm_name)
-    if kind == "decoder":
-        cross = spec_layer.attention
-        dense(cross.linear[0], "cross_attention/query")
-        dense(cross.linear[1], "cross_attention/key", "cross_attention/value")
-        dense(cross.linear[2], "cross_attention/output")
-        norm(cross.layer_norm, "cross_attention_block")
-    ffn = spec_layer.ffn
-    ffn.linear_0.weight = weights[f"{prefix}/feed_forward/inner/kernel"].T
-    ffn.linear_0.bias = weights[f"{prefix}/feed_forward/inner/bias"]
-    ffn.linear_1.weight = weights[f"{prefix}/feed_forward/outer/kernel"].T
-    ffn.linear_1.bias = weights[f"{prefix}/feed_forward/outer/bias"]
-    norm(ffn.layer_norm, "feed_forward_block")
-
-
-def build_ct2(npz_path: str, spm_path: str, out_dir: str) -> None:
-    """Converts the npz of `export_npz` to a CTranslate2 model directory (CT2 venv)."""
-    import ctranslate2
-    import sentencepiece
-    from ctranslate2.specs import transformer_spec
-
-    weights = dict(np.load(npz_path))
-    model = json.loads(str(weights.pop("config.json")))["model"]
-    if model.get("norm_first") or model.get("position_embedding", "sinusoidal") != "sinusoidal":
-        raise ValueError(f"Only post-norm sinusoidal models convert, got {model}.")
-    layers, d_model = model["num_layers"], model["d_model"]
-    spec = transformer_spec.TransformerSpec.from_config(
-        layers, model["num_heads"], pre_norm=False, no_final_norm=True,
-        activation=ctranslate2.specs.Activation.RELU)
-    spec.config.layer_norm_epsilon = float(model["layer_norm_epsilon"])
-    embeddings = weights["transformer/shared_embedding/embeddings"]
-    table = sinusoid_table(int(model.get("max_length", 1024)), d_model)
-    spec.encoder.embeddings[0].weight = embeddings
-    spec.decoder.embeddings.weight = embeddings
-    spec.decoder.projection.weight = embeddings
-    spec.decoder.projection.bias = np.zeros(embeddings.shape[0], np.float32)
-    spec.encoder.position_encodings.encodings = table
-    spec.decoder.position_encodings.encodings = table
-    for i in range(layers):
-        set_ct2_layer(spec.encoder.layer[i], weights, f"transformer/encoder/layer_{i}",
-                   "attention_block", "encoder")
-        set_ct2_layer(spec.decoder.layer[i], weights, f"transformer/decoder/layer_{i}",
-                   "self_attention_block", "decoder")
-    sp = sentencepiece.SentencePieceProcessor(model_file=spm_path)
-    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    if pieces[:4] != ["<pad>", "<unk>", "<s>", "</s>"] or len(pieces) != embeddings.shape[0]:
-        raise ValueError(f"Unexpected vocabulary: {pieces[:4]}, {len(pieces)} pieces for "
-                         f"{embeddings.shape[0]} embeddings.")
-    spec.register_source_vocabulary(pieces)
-    spec.register_target_vocabulary(pieces)
-
-    class NumpyConverter(ctranslate2.converters.Converter):
-        def _load(self):
-            return spec
-
-    NumpyConverter().convert(out_dir, force=True)
 
 
 def read_set(name: str, limit: int | None):
@@ -377,15 +290,13 @@ def prepare(args, tmp):
     with open(paths["limits"], "w") as f:
         json.dump(limits, f)
     if any(s.startswith("ct2") for s in args.systems):
-        npz = os.path.join(tmp, "weights.npz")
-        _run([args.tf_python, __file__, "--role", "npz", "--model", args.model, "--out", npz],
-             env)
-        _run([args.ct2_python, __file__, "--role", "ct2-build", "--npz", npz,
-              "--spm", paths["spm"], "--out", paths["ct2"]])
-    exports = {"tfxformer-fp32": ("fp32", "fp32", None),
-               "tfxformer-best": ("best", args.best_precision, args.best_shortlist),
-               "tfxformer-shortlist": ("shortlist", "fp32", args.shortlist)}
-    for system, (name, precision, shortlist) in exports.items():
+        _run([args.tf_python, os.path.join(REPO, "scripts", "export.py"), "--format",
+              "ctranslate2", "--model", args.model, "--export-dir", paths["ct2"]], env)
+    exports = {"tfxformer-fp32": ("fp32", "fp32", None, ()),
+               "tfxformer-best": ("best", args.best_precision, args.best_shortlist, ()),
+               "tfxformer-shortlist": ("shortlist", "fp32", args.shortlist, ()),
+               "tfxformer-ct2search": ("ct2search", "fp32", None, CT2_SEARCH)}
+    for system, (name, precision, shortlist, search) in exports.items():
         if system not in args.systems:
             continue
         for size in args.batch_sizes:
@@ -393,13 +304,14 @@ def prepare(args, tmp):
                 paths[name, size] = args.model  # the shipped export as it is
                 continue
             paths[name, size] = _export(args, env, os.path.join(tmp, f"{name}_{size}"),
-                                        precision, shortlist, size, limits)
+                                        precision, shortlist, size, limits, search)
     log(f"limits {limits}")
     return paths, env
 
 
-def _export(args, env, export_dir, precision, shortlist, batch_size, limits):
-    """The model's variables re-exported with these options; -> the version dir."""
+def _export(args, env, export_dir, precision, shortlist, batch_size, limits, search=()):
+    """The model's variables re-exported with these options (`search`: more export flags);
+    -> the version dir."""
     flags = ["--shortlist", shortlist, "--shortlist-data",
              os.path.join(DATA, "multi30k")] if shortlist else []
     out = _run([args.tf_python, os.path.join(REPO, "scripts", "export.py"), "--model",
@@ -407,7 +319,7 @@ def _export(args, env, export_dir, precision, shortlist, batch_size, limits):
                 "--batch-size", str(batch_size),
                 "--max-input-tokens", str(limits["max_input_tokens"]),
                 "--max-output-tokens", str(limits["max_output_tokens"]),
-                "--extra-length", str(limits["extra_length"]), *flags], env)
+                "--extra-length", str(limits["extra_length"]), *flags, *search], env)
     return out.strip().splitlines()[-1]
 
 
@@ -440,8 +352,26 @@ def drive(args):
             log(f"detail {system} {name}: {json.dumps(out['detail'])}")
             print(json.dumps(out["result"]), flush=True)
             rows.append(out["result"])
+        log_identical(args, args.hypotheses_dir or tmp)
     log(f"uptime after: {_uptime()}")
     check_agreement(rows)
+
+
+def log_identical(args, folder, peer="ct2-float32"):
+    """Logs how many translations each tfxformer system shares with `peer`, per set, mode
+    and batch size (the same search gives the same strings up to arithmetic)."""
+    for name, mode, size in ((n, m, s) for n in args.sets for m in args.modes
+                             for s in args.batch_sizes):
+        texts = {}
+        for system in args.systems:
+            path = os.path.join(folder, f"{system}.{mode}.{size}.{name}.txt")
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8", newline="") as f:
+                    texts[system] = f.read().split("\n")[:-1]
+        for system in (s for s in texts if s.startswith("tfxformer") and peer in texts):
+            same = sum(a == b for a, b in zip(texts[system], texts[peer], strict=True))
+            log(f"identical to {peer}, {name} {mode} S={size}: {system} {same} of "
+                f"{len(texts[peer])}")
 
 
 def check_agreement(rows):
@@ -467,7 +397,7 @@ def _uptime():
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--role", default="drive",
-                    choices=["drive", "worker", "npz", "ct2-build"], help=argparse.SUPPRESS)
+                    choices=["drive", "worker"], help=argparse.SUPPRESS)
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     ap.add_argument("--limit", type=int, help="first N sentences of each set (default: all)")
@@ -505,8 +435,7 @@ def parse_args(argv=None):
                     help="--shortlist K,N of the re-export behind tfxformer-shortlist "
                          "(fp32; default: %(default)s)")
     ap.add_argument("--hypotheses-dir", help="keep each system's translations here")
-    for hidden in ("--system", "--set", "--hypotheses", "--ct2-dir", "--spm", "--limits",
-                   "--npz", "--out"):
+    for hidden in ("--system", "--set", "--hypotheses", "--ct2-dir", "--spm", "--limits"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     wants_ct2 = args.role == "drive" and any(s.startswith("ct2") for s in args.systems)
@@ -533,11 +462,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.role == "npz":
-        export_npz(args.model, args.out)
-    elif args.role == "ct2-build":
-        build_ct2(args.npz, args.spm, args.out)
-    elif args.role == "worker":
+    if args.role == "worker":
         os.sched_setaffinity(0, args.cpu_set)  # before TF / CT2 size their thread pools
         (ct2_worker if args.system.startswith("ct2") else tf_worker)(args)
     else:

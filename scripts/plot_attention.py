@@ -17,9 +17,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from tfxformer import Transformer  # noqa: E402
 from tfxformer.analysis import KINDS, plot_attention, sentence_attention  # noqa: E402
 from tfxformer.config import DecodingOptions  # noqa: E402
-from tfxformer.rundir import load_model  # noqa: E402
+from tfxformer.pretrained import load_run_dir  # noqa: E402
 from tfxformer.serving import resolve_model_dir  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def main(argv=None):
         if kind != "run_dir":
             raise ValueError(f"{path!r} is a SavedModel, which does not return attention "
                              "weights; give the trained run dir it was exported from.")
-        model, _, spm_bytes = load_model(path, args.checkpoint)
+        model, _, spm_bytes = load_run_dir(Transformer, path, args.checkpoint)
         attention = sentence_attention(model, spm_bytes, args.text,
                                        extra_length=args.extra_length)
         plot_attention(attention, args.output, kinds=args.kinds, layers=args.layers)

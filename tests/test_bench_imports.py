@@ -1,19 +1,13 @@
-"""bench/ and bench/studies/: no import cycle among the scripts, no private tfxformer name,
-live patches."""
+"""bench/: no import cycle among the scripts, no private tfxformer name, live patches."""
 
 import ast
 import importlib
 import os
 import sys
 
-import numpy as np
-import tensorflow as tf
-
 BENCH = os.path.join(os.path.dirname(__file__), "..", "bench")
-STUDIES = os.path.join(BENCH, "studies")
-# Script name -> its file; bench/studies/ scripts import bench/'s modules by name.
-FILES = {f[:-3]: os.path.join(folder, f) for folder in (BENCH, STUDIES)
-         for f in os.listdir(folder) if f.endswith(".py")}
+# Script name -> its file; the scripts import each other by name.
+FILES = {f[:-3]: os.path.join(BENCH, f) for f in os.listdir(BENCH) if f.endswith(".py")}
 SCRIPTS = sorted(FILES)
 
 
@@ -77,14 +71,3 @@ def test_every_patch_replaces_a_live_public_function():
         assert callable(getattr(importlib.import_module(module), attribute, None)), (
             f"patch {name}: {module}.{attribute} is gone")
 
-
-def test_fused_top_extensions_equal_top_extensions():
-    from tfxformer.decoding import top_extensions
-
-    logits = tf.random.stateless_normal([6, 50], seed=[1, 2]) * 3.0  # 2 sentences x 3 beams
-    alive = tf.constant([[0.0, -1.0, -2.5], [-0.5, -1e9, -1e9]])
-    expected = top_extensions(logits, alive, 6)
-    fused = _patches().fused_top_extensions(logits, alive, 6)
-    np.testing.assert_allclose(fused[0], expected[0], rtol=1e-5, atol=1e-5)
-    for got, want in zip(fused[1:], expected[1:], strict=True):
-        np.testing.assert_array_equal(got, want)

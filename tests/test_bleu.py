@@ -117,10 +117,10 @@ def test_tokenized_bleu_scores_the_text_as_it_is():
 
 @pytest.mark.slow
 def test_literature_setup_writes_the_datasets_tokenized_text(tmp_path):
-    """bench/literature_setup.py: references copied from tok/, training text tokenised
+    """scripts/literature_setup.py: references copied from tok/, training text tokenised
     the same way (lowercased, normalised, escaped)."""
     out = tmp_path / "lc_tok"
-    script = os.path.join(os.path.dirname(__file__), "..", "bench", "literature_setup.py")
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "literature_setup.py")
     subprocess.run([sys.executable, script, "--data", MULTI30K, "--out", str(out),
                     "--langs", "en", "de", "--splits", "val", "test_2016_flickr"],
                    check=True, capture_output=True)

@@ -1,11 +1,11 @@
-"""bench/domain_adaptation.py: held-out Tatoeba sets that never overlap the training split."""
+"""scripts/domain_adaptation.py: held-out Tatoeba sets that never overlap the training split."""
 
 import importlib.util
 import os
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "bench", "domain_adaptation.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "domain_adaptation.py")
 
 
 @pytest.fixture(scope="module")

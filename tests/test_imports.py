@@ -1,10 +1,9 @@
-"""tfxformer/ has no import cycle: the modules import one another in one order.
+"""tfxformer/ has no import cycle: the modules import one another in one order, imports
+inside functions counted; the decoding package knows no model class.
 
-Package `__init__` files are facades that re-export names and are left out. A module may
-import another inside a function only where that second module depends on the first: the
-convenience constructors that hand a path to :mod:`tfxformer.pretrained` (a model class
-that loads trained instances of itself needs the loader, and the loader the class). Those
-delegations are listed here, so that a new one is a decision, not an accident.
+Package `__init__` files are facades that re-export names and are left out. A module
+never imports one that uses it, not even inside a function: `Transformer.from_preset`
+hands its own class down to :mod:`tfxformer.pretrained`, which imports no model.
 """
 
 import ast
@@ -13,8 +12,6 @@ import os
 import pytest
 
 PACKAGE = os.path.join(os.path.dirname(__file__), "..", "tfxformer")
-DELEGATIONS = {("tfxformer.models.transformer", "tfxformer.pretrained"),
-               ("tfxformer.data.tokenizer", "tfxformer.pretrained")}
 
 
 def _modules():
@@ -78,11 +75,27 @@ def test_module_level_imports_have_no_cycle(graph):
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_imports_inside_functions_close_no_cycle_but_the_listed_delegations(graph):
-    edges = {m: top | {d for d in inner if (m, d) not in DELEGATIONS}
-             for m, (top, inner) in graph.items()}
-    cycle = _cycle(edges)
+def test_imports_inside_functions_close_no_cycle(graph):
+    cycle = _cycle({m: top | inner for m, (top, inner) in graph.items()})
     assert cycle is None, "import cycle through a function-level import: " + " -> ".join(
         cycle)
-    for module, target in DELEGATIONS:
-        assert target in graph[module][1], f"{module} no longer imports {target}: drop it"
+
+
+def test_decoding_imports_no_model(graph):
+    for module, (top, inner) in graph.items():
+        if module.startswith("tfxformer.decoding."):
+            models = sorted(d for d in top | inner if d.startswith("tfxformer.models"))
+            assert not models, f"{module} imports {models}"
+
+
+def test_finding_a_model_on_disk_is_below_what_builds(graph):
+    """tfxformer.locate reads files only: it reaches no model, tokenizer or loader."""
+    seen, todo = set(), ["tfxformer.locate"]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph[module][0] | graph[module][1])
+    builders = {"tfxformer.models.transformer", "tfxformer.data.tokenizer",
+                "tfxformer.pretrained", "tfxformer.serving.loading"}
+    assert not seen & builders, sorted(seen & builders)

@@ -43,18 +43,15 @@ def corpus(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def source(corpus, tmp_path_factory):
-    """A tiny run trained 30 steps, ckpt-20 and ckpt-30 averaged, and its export."""
-    folder = tmp_path_factory.mktemp("source")
-    run, export = str(folder / "run"), str(folder / "export")
-    args = script_args(corpus, run, SOURCE_STEPS, checkpoint_every=10, average_last=2,
-                       export_dir=export, log_every=10)
-    assert train_wmt.main(args) == 0
+def source(one_replica_reference):
+    """conftest's tiny run: 30 steps, ckpt-28 and ckpt-30 averaged, and its export."""
+    run, export = one_replica_reference["run"], one_replica_reference["export"]
+    assert one_replica_reference["final"]["step"] == SOURCE_STEPS
     return {"run": run, "export": export, "version": os.path.join(export, "1")}
 
 
 def _checkpoint_model(run, path):
-    return rundir.load_model(run, os.path.join(run, path))[0]
+    return pretrained.load_run_dir(Transformer, run, os.path.join(run, path))[0]
 
 
 def _assert_same_weights(model, reference):

@@ -18,11 +18,12 @@ import tensorflow as tf
 from conftest import SHARED_DATA
 from sentencepiece import sentencepiece_model_pb2
 
-from tfxformer import rundir
+from tfxformer import Transformer, rundir
 from tfxformer.checkpoints import average_checkpoints
 from tfxformer.data.pipeline import count_filtered
 from tfxformer.data.sources import load_corpus
 from tfxformer.data.tokenizer import Tokenizer
+from tfxformer.pretrained import load_run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_WMT = os.path.join(ROOT, "scripts", "train_wmt.py")
@@ -252,8 +253,8 @@ def test_a_checkpoint_no_state_file_names_is_neither_resumed_nor_loaded(corpus, 
         shutil.copy(path, path.replace("ckpt-2.", "ckpt-9."))
     latest = os.path.join(model_dir, "checkpoints", "ckpt-4")
     assert rundir.find_checkpoint(model_dir) == latest
-    loaded, _, _ = rundir.load_model(model_dir)
-    named, _, _ = rundir.load_model(model_dir, checkpoint=latest)
+    loaded, _, _ = load_run_dir(Transformer, model_dir)
+    named, _, _ = load_run_dir(Transformer, model_dir, checkpoint=latest)
     for got, want in zip(loaded.get_weights(), named.get_weights(), strict=True):
         np.testing.assert_array_equal(got, want)
     status, err = run_main(capsys, script_args(corpus, model_dir, 6))

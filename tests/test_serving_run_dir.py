@@ -13,15 +13,16 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_serving import ROBUST_INPUTS, load_script, train_sentencepiece
+from conftest import tiny_export_translator
+from test_serving import ROBUST_INPUTS, load_script
 
 from tfxformer import Transformer
 from tfxformer.analysis import plot_attention, sentence_attention
-from tfxformer.rundir import find_checkpoint, load_model, read_config, untracked_weights
+from tfxformer.pretrained import load_run_dir
+from tfxformer.rundir import find_checkpoint, read_config, untracked_weights
 from tfxformer.serving import (
     Translator,
     export_run_dir,
-    export_translator,
     load_translate_fn,
     resolve_model_dir,
 )
@@ -29,11 +30,6 @@ from tfxformer.serving import (
 
 def _tiny(**overrides):
     return Transformer.from_preset("tiny", vocab_size=320, max_positions=40, **overrides)
-
-
-@pytest.fixture(scope="module")
-def spm_model():
-    return train_sentencepiece()
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +60,7 @@ def test_checkpoint_reaches_every_model_weight():
 
 def test_load_run_dir_restores_the_trained_weights(run_dir, spm_model):
     path, trained = run_dir
-    model, record, spm_bytes = load_model(path)
+    model, record, spm_bytes = load_run_dir(Transformer, path)
     assert record.src == "en" and spm_bytes == spm_model
     assert record.model == model.model_config and record.to_dict() == read_config(path)
     source, target = tf.constant([[7, 8, 9, 3]]), tf.constant([[2, 10, 11]])
@@ -81,14 +77,14 @@ def test_a_config_of_either_position_argument_name_loads(run_dir, tmp_path):
     model["max_length" if name == "max_positions" else "max_positions"] = model.pop(name)
     shutil.copytree(path, tmp_path / "old")
     (tmp_path / "old" / "config.json").write_text(json.dumps(config))
-    loaded, _, _ = load_model(str(tmp_path / "old"))
+    loaded, _, _ = load_run_dir(Transformer, str(tmp_path / "old"))
     assert loaded.model_config == trained.model_config
 
 
 @pytest.mark.slow
 def test_bf16_run_dir_export_computes_in_bfloat16_with_the_same_weights(run_dir, tmp_path):
     path, trained = run_dir
-    model, _, _ = load_model(path, precision="bf16")
+    model, _, _ = load_run_dir(Transformer, path, precision="bf16")
     assert model.compute_dtype == "bfloat16" and model.variable_dtype == "float32"
     for got, want in zip(model.weights, trained.weights, strict=True):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
@@ -99,7 +95,7 @@ def test_bf16_run_dir_export_computes_in_bfloat16_with_the_same_weights(run_dir,
         text=tf.constant(["A dog runs.", "Two men."]))
     assert out["translation"].shape == (2,)
     with pytest.raises(ValueError, match="precision 'int4'.*bf16"):
-        load_model(path, precision="int4")
+        load_run_dir(Transformer, path, precision="int4")
 
 
 @pytest.mark.slow
@@ -152,13 +148,14 @@ def test_a_checkpoint_of_another_model_is_refused(run_dir, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "spm.model").write_bytes(open(os.path.join(path, "spm.model"), "rb").read())
     with pytest.raises(ValueError, match="does not match"):
-        load_model(str(tmp_path), checkpoint=os.path.join(path, "checkpoints", "ckpt-3"))
+        load_run_dir(Transformer, str(tmp_path),
+                     checkpoint=os.path.join(path, "checkpoints", "ckpt-3"))
 
 
 @pytest.mark.slow
 def test_run_dir_export_and_translate_script_agree(run_dir, tmp_path):
     path, _ = run_dir
-    model, _, spm_bytes = load_model(path)
+    model, _, spm_bytes = load_run_dir(Transformer, path)
     texts = [b"A dog runs.", b"", b"\xff bad", "Zwei Männer".encode()]
     expected = Translator(model, spm_bytes, beam_size=2, extra_length=3)(tf.constant(texts))
     version = export_run_dir(path, str(tmp_path / "export"), beam_size=2, extra_length=3)
@@ -271,11 +268,10 @@ def test_plot_attention_draws_every_layer_and_head(spm_model, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def served(spm_model, tmp_path_factory):
-    """An export loaded as a server would: (loaded SavedModel, in-process translator)."""
-    translator = Translator(_tiny(), spm_model, beam_size=2, extra_length=3)
-    version = export_translator(translator, str(tmp_path_factory.mktemp("export") / "tiny"))
-    return tf.saved_model.load(version), translator
+def served(tiny_export, spm_model):
+    """conftest's tiny export loaded as a server would: (loaded SavedModel, in-process
+    translator)."""
+    return tf.saved_model.load(tiny_export), tiny_export_translator(tiny_export, spm_model)
 
 
 def _call_signature(loaded, name, inputs):
@@ -386,18 +382,19 @@ def test_export_script_help_explains_every_flag(capsys):
 
 @pytest.mark.slow
 def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_path):
-    """Limits from the flags land in the config asset; re-exporting a version's variables
-    without flags keeps its decoding options and gives a new version that translates the
-    same."""
+    """Limits and search rules from the flags land in the config asset; re-exporting a
+    version's variables without flags keeps its decoding options and gives a new version
+    that translates the same."""
     main = load_script("export").main
     base = str(tmp_path / "export")
     assert main(["--model", run_dir[0], "--export-dir", base, "--beam-size", "2",
                  "--alpha", "1.3", "--extra-length", "3", "--max-input-tokens", "12",
-                 "--batch-threads", "3"]) == 0
+                 "--batch-threads", "3", "--stopping", "finished"]) == 0
     first = os.path.join(base, "1")
     with open(os.path.join(first, "assets", "config.json"), encoding="utf-8") as f:
         decoding = json.load(f)["decoding"]
     assert (decoding["max_input_tokens"], decoding["max_output_tokens"]) == (12, 40)
+    assert (decoding["stopping"], decoding["length_normalization"]) == ("finished", "gnmt")
     with open(os.path.join(first, "assets.extra", "batching_parameters.txt"),
               encoding="utf-8") as f:
         assert "num_batch_threads { value: 3 }" in f.read()

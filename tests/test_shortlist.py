@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
-from test_serving import FRESH_PROCESS, load_script, train_sentencepiece
+from test_serving import FRESH_PROCESS, load_script
 
 from tfxformer import Transformer
 from tfxformer.decoding import (
@@ -240,11 +240,6 @@ def test_a_shortlist_needs_a_special_eos(model):
 # --- the translator and its export ----------------------------------------------------
 
 @pytest.fixture(scope="module")
-def spm_model():
-    return train_sentencepiece()
-
-
-@pytest.fixture(scope="module")
 def spm_table(spm_model):
     """A table from 2000 Multi30k pairs (vocabulary 320), K = 3, N = 10: small enough
     that the shortlist leaves tokens out."""
@@ -333,7 +328,7 @@ def test_export_holds_the_table_apart_from_the_model_variables(shortlist_export,
     assert config["shortlist"] == {**spm_table.info, "table_shape": [320, 3],
                                    "frequent_ids": 10}
     # the weights re-load for a re-export (the table is not a model variable)
-    model, _, _ = load_saved_model_weights(shortlist_export)
+    model, _, _ = load_saved_model_weights(Transformer, shortlist_export)
     np.testing.assert_array_equal(model.weights[0].numpy(),
                                   translators[1].model.weights[0].numpy())
 

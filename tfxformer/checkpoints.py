@@ -25,7 +25,8 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from tfxformer import rundir
+from tfxformer import pretrained, rundir
+from tfxformer.models.transformer import Transformer
 from tfxformer.rundir import (  # noqa: F401 (describe_last_checkpoint: for messages)
     AVERAGED,
     CHECKPOINTS,
@@ -176,7 +177,7 @@ def average_checkpoints(model_dir: str, last: int = 5, output_dir: str | None = 
         raise FileNotFoundError(f"No checkpoints to average in {directory}.")
     if len(paths) < last:
         log.warning("Averaging %d checkpoints: only %d are kept", last, len(paths))
-    model = rundir.build_model(rundir.read_config(model_dir)["model"])
+    model = pretrained.build(Transformer, rundir.read_config(model_dir)["model"])
     checkpoint = tf.train.Checkpoint(model=model)
     total = None
     for path in paths:

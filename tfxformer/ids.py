@@ -1,4 +1,4 @@
-"""The fixed token ids of the shared SentencePiece vocabulary (§5.1), defined once.
+"""The fixed token ids of the shared SentencePiece vocabulary (§5.1), and its file name.
 
 The vocabulary is trained with these ids (:func:`tfxformer.data.train_tokenizer`), and
 every layer, decoder and translator reads them from here::
@@ -14,3 +14,5 @@ They are also the ids keras-hub's `compute_sentence_piece_proto` assigns.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 # Ids below this are the special ones above; real pieces start here.
 NUM_SPECIAL_IDS = 4
+# The vocabulary's file name wherever one is stored (run dir, export assets, preset dir).
+SPM_FILENAME = "spm.model"

@@ -1,6 +1,6 @@
 """From a trained model to your own data: load, save and fine-tune trained Transformers.
 
-A trained model of this package is any of:
+A trained model of this package is any of (:mod:`tfxformer.locate` tells which):
 
 * a SavedModel export (``saved_models/<name>``, its highest version is taken) or one of its
   version dirs (``saved_models/<name>/<N>``), as ``scripts/export.py`` and training's
@@ -9,6 +9,11 @@ A trained model of this package is any of:
   (the choice ``scripts/translate.py`` makes, :func:`tfxformer.rundir.find_checkpoint`);
 * a preset dir written by :meth:`tfxformer.Transformer.save_to_preset` (the keras-hub
   layout: ``config.json``, ``model.weights.h5``, ``spm.model``, ``metadata.json``).
+
+The functions here build whichever class they are handed (keras-hub's
+``load_backbone(cls, ...)``): ``Transformer.from_preset``, ``save_to_preset`` and
+``Tokenizer.from_preset`` are thin methods over them, and this module imports neither
+class.
 
 In Keras::
 
@@ -53,140 +58,33 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import importlib.metadata
 import json
+import logging
 import os
 
+import sentencepiece as spm
 import tensorflow as tf
 
 from tfxformer import rundir
 from tfxformer.config import PRECISION_POLICIES, PRESETS, ModelConfig, get_preset
+from tfxformer.locate import (
+    METADATA_FILENAME,
+    REGISTERED_NAME,
+    WEIGHTS_FILENAME,
+    Source,
+    resolve,
+)
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
+from tfxformer.sentencepiece_ops import load_sentencepiece_ops
 
-__all__ = ["load_model", "load_saved_model_weights", "load_tokenizer", "save_preset"]
+__all__ = ["build", "load_model", "load_run_dir", "load_saved_model_weights",
+           "load_tokenizer", "save_preset"]
 
-WEIGHTS_FILENAME = "model.weights.h5"
-METADATA_FILENAME = "metadata.json"
-REGISTERED_NAME = "tfxformer>Transformer"
-KINDS = ("preset", "saved_model", "run_dir")
-_ACCEPTED = ("a SavedModel export dir of tfxformer (integer version subdirs) or one of its "
-             "version dirs (saved_model.pb, assets/config.json, assets/spm.model), a run dir "
-             f"of scripts/train_wmt.py ({CONFIG_FILENAME}, {SPM_FILENAME}, checkpoints/), or "
-             f"a preset dir of Transformer.save_to_preset ({CONFIG_FILENAME}, "
-             f"{WEIGHTS_FILENAME}, {SPM_FILENAME})")
+log = logging.getLogger("tfxformer")
+
 # The model arguments a fine-tuning run may set: they change no weight.
 FREE_ARGUMENTS = ("dropout", "attention_dropout", "activation_dropout")
-
-
-@dataclasses.dataclass(frozen=True)
-class Source:
-    """A trained model on disk, read as far as its config: `kind` (one of KINDS), `path`
-    (the directory holding it: a SavedModel's version dir), `model` (its
-    :class:`tfxformer.config.ModelConfig`), `preset` (the preset its run started from, or
-    None) and `spm_path`."""
-
-    kind: str
-    path: str
-    model: ModelConfig
-    preset: str | None
-    spm_path: str | None
-
-    @property
-    def spm_bytes(self) -> bytes:
-        if self.spm_path is None or not os.path.isfile(self.spm_path):
-            raise FileNotFoundError(
-                f"{self.path!r} has no vocabulary ({SPM_FILENAME}); save the preset with "
-                "`model.save_to_preset(dir, tokenizer=...)`.")
-        with open(self.spm_path, "rb") as f:
-            return f.read()
-
-
-def _listing(path: str) -> str:
-    names = sorted(n + ("/" if os.path.isdir(os.path.join(path, n)) else "")
-                   for n in os.listdir(path))
-    shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
-    return shown or "nothing (it is empty)"
-
-
-def _read_json(path: str, what: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"Cannot read {path} ({error}); expected {what}.") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} holds a JSON {type(value).__name__}; expected {what}.")
-    return value
-
-
-def _model_of(config: dict, path: str, key: str) -> ModelConfig:
-    model = config.get(key)
-    if not isinstance(model, dict) or "vocab_size" not in model:
-        raise ValueError(f"{path} is not a config of this package: no {key!r} with the "
-                         f"Transformer's settings (keys: {sorted(config)}).")
-    return ModelConfig.from_dict(model)
-
-
-def is_model_path(name) -> bool:
-    """Whether `name` (given to `from_preset`) means a directory rather than a preset: a
-    path object, or a string that is no preset name and holds a "/" or exists."""
-    if isinstance(name, os.PathLike):
-        return True
-    return isinstance(name, str) and name not in PRESETS and (
-        os.sep in name or "/" in name or os.path.exists(name))
-
-
-def resolve(path) -> Source:
-    """Says what the trained model at `path` is, reading its config only.
-
-    Raises:
-        FileNotFoundError: `path` does not exist.
-        ValueError: `path` is not a model of this package (the message lists its files).
-    """
-    from tfxformer.serving.loading import resolve_model_dir
-
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path!r} does not exist; expected {_ACCEPTED}.")
-    if not os.path.isdir(path):
-        raise ValueError(f"{path!r} is a file, not a model directory; expected {_ACCEPTED}.")
-    config_path = os.path.join(path, CONFIG_FILENAME)
-    if os.path.isfile(os.path.join(path, WEIGHTS_FILENAME)) and os.path.isfile(config_path):
-        config = _read_json(config_path, "the config.json of Transformer.save_to_preset")
-        if config.get("registered_name") != REGISTERED_NAME:
-            raise ValueError(f"{config_path} describes {config.get('registered_name')!r}, "
-                             f"not {REGISTERED_NAME!r}: not a preset of this package.")
-        return Source("preset", path, _model_of(config, config_path, "config"),
-                      config.get("preset"), os.path.join(path, SPM_FILENAME))
-    try:
-        kind, resolved = resolve_model_dir(path)
-    except FileNotFoundError:
-        raise ValueError(f"{path!r} is not a model of this package: it holds "
-                         f"{_listing(path)}; expected {_ACCEPTED}.") from None
-    if kind == "run_dir":
-        record = rundir.read_config(resolved)
-        return Source(kind, resolved, _model_of(record, resolved, "model"),
-                      record.get("preset"), os.path.join(resolved, SPM_FILENAME))
-    assets = os.path.join(resolved, "assets")
-    wanted = [os.path.join(assets, name) for name in (CONFIG_FILENAME, SPM_FILENAME)]
-    if not all(os.path.isfile(p) for p in wanted):
-        found = _listing(assets) if os.path.isdir(assets) else "no assets/ at all"
-        raise ValueError(f"SavedModel {resolved!r} is not an export of this package: its "
-                         f"assets/ holds {found}, not {CONFIG_FILENAME} and {SPM_FILENAME}.")
-    config = _read_json(wanted[0], "the config.json asset of a tfxformer export")
-    _check_single(config, resolved)
-    return Source(kind, resolved, _model_of(config, wanted[0], "model"), config.get("preset"),
-                  wanted[1])
-
-
-def _check_single(config: dict, path: str) -> None:
-    """Raises ValueError for the config.json asset of an ensemble export: it holds several
-    models (:func:`tfxformer.serving.export.export_ensemble`), none of which loads alone."""
-    members = config.get("ensemble")
-    if not members:
-        return
-    sources = ", ".join(str(m.get("source")) for m in members if isinstance(m, dict))
-    raise ValueError(f"SavedModel {path!r}: an ensemble export holds {len(members)} models; "
-                     f"load a member's own export or run dir (its members: {sources}).")
 
 
 def weight_key(path: str) -> str:
@@ -217,9 +115,65 @@ def assign_weights(model, values: dict, source: str) -> None:
         weight.assign(tf.cast(values[key], weight.dtype))
 
 
-def load_saved_model_weights(version_dir, precision="fp32"):
+def build(cls, model: dict | ModelConfig, precision: str | None = "fp32"):
+    """A built `cls` (e.g. :class:`tfxformer.Transformer`) of a record's "model" (random
+    weights), computing in `precision` ("fp32", "bf16", "fp16"; None: the Keras global
+    policy), with every weight reachable by `tf.train.Checkpoint`.
+
+    Raises:
+        ValueError: a bad precision, or weights a checkpoint could not hold.
+    """
+    if precision is not None and precision not in PRECISION_POLICIES:
+        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
+    dtype = {} if precision is None else {"dtype": PRECISION_POLICIES[precision]}
+    built = cls(ModelConfig.from_dict(model), **dtype)
+    built.build()
+    untracked = rundir.untracked_weights(built)
+    if untracked:
+        raise ValueError(
+            f"{len(untracked)} of {len(built.weights)} model weights are not tracked by "
+            f"tf.train.Checkpoint (e.g. {untracked[:3]}), so a checkpoint can neither hold "
+            "nor restore them; the model's layer tracking must be fixed.")
+    return built
+
+
+def load_run_dir(cls, path: str, checkpoint: str | None = None, precision: str = "fp32"):
+    """Loads run dir `path` into `(model, record, spm_bytes)`: a `cls` (e.g.
+    :class:`tfxformer.Transformer`), `record` its config.json as a
+    :class:`tfxformer.rundir.RunRecord` (an older version's upgraded).
+
+    Builds the model of `record.model` and restores the weights of `checkpoint` (default:
+    :func:`tfxformer.rundir.find_checkpoint`, averaged first), checking that every model
+    weight is tracked and restored; optimizer and step entries are ignored. `precision`
+    "bf16" or "fp16" computes in that type (float32 weights, logits, softmax and LayerNorm).
+
+    Raises:
+        FileNotFoundError: no run dir, config.json, spm.model or checkpoint.
+        ValueError: a bad precision, an unreadable config, or a checkpoint that is corrupt
+            or does not fit the model.
+    """
+    if precision not in PRECISION_POLICIES:
+        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"Run dir {path!r} does not exist.")
+    record = RunRecord.from_dict(rundir.read_config(path))
+    spm_bytes = rundir.read_spm_bytes(path)
+    checkpoint = checkpoint or rundir.find_checkpoint(path)
+    if checkpoint is None:
+        raise FileNotFoundError(
+            f"No checkpoint in run dir {path!r}: looked for the latest ckpt-<step> that the "
+            "state file `checkpoint` names in "
+            f"{', '.join(f'{d}/' for d in (rundir.AVERAGED, rundir.CHECKPOINTS))}.")
+    model = build(cls, record.model, precision)
+    rundir.restore(tf.train.Checkpoint(model=model), checkpoint,
+                   f"the model of {CONFIG_FILENAME}")
+    log.info("Loaded %s", checkpoint)
+    return model, record, spm_bytes
+
+
+def load_saved_model_weights(cls, version_dir, precision="fp32"):
     """Rebuilds `(model, record, spm_bytes)` from a SavedModel version dir of this package:
-    the Transformer of its `assets/config.json` (read as a :class:`tfxformer.rundir.RunRecord`)
+    the `cls` of its `assets/config.json` (read as a :class:`tfxformer.rundir.RunRecord`)
     with the SavedModel's variables, matched by path. Re-exports a version whose run dir
     is gone (e.g. a shipped model) with today's code.
 
@@ -230,25 +184,15 @@ def load_saved_model_weights(version_dir, precision="fp32"):
     source = resolve(version_dir)
     with open(os.path.join(source.path, "assets", CONFIG_FILENAME), encoding="utf-8") as f:
         record = RunRecord.from_dict(json.load(f))
-    from tfxformer.data.tokenizer import load_sentencepiece_ops
-
     load_sentencepiece_ops()  # the translator's graph holds the SentencePiece ops
     saved = tf.saved_model.load(source.path)
     if not hasattr(saved, "model_variables"):
         raise ValueError(f"SavedModel {source.path!r} has no `model_variables`: not a "
                          "translator exported by this package.")
-    model = _built(source.model, PRECISION_POLICIES[precision])
+    model = build(cls, source.model, precision)
     assign_weights(model, {weight_key(v.name): v for v in saved.model_variables},
                    f"SavedModel {source.path!r}")
     return model, record, source.spm_bytes
-
-
-def _built(config: ModelConfig, dtype=None):
-    from tfxformer.models.transformer import Transformer
-
-    model = Transformer(config, **({} if dtype is None else {"dtype": dtype}))
-    model.build()
-    return model
 
 
 def _weights_file(source: Source) -> str:
@@ -261,13 +205,13 @@ def _weights_file(source: Source) -> str:
     return os.path.join(source.path, WEIGHTS_FILENAME)
 
 
-def _load(source: Source):
-    """The source's model at float32, with its weights."""
+def _load(cls, source: Source):
+    """The source's model, a `cls` at float32, with its weights."""
     if source.kind == "saved_model":
-        return load_saved_model_weights(source.path)[0]
+        return load_saved_model_weights(cls, source.path)[0]
     if source.kind == "run_dir":
-        return rundir.load_model(source.path, _weights_file(source))[0]
-    model = _built(source.model)
+        return load_run_dir(cls, source.path, _weights_file(source))[0]
+    model = build(cls, source.model, precision=None)
     try:
         model.load_weights(_weights_file(source))
     except (ValueError, OSError) as error:
@@ -276,10 +220,11 @@ def _load(source: Source):
     return model
 
 
-def load_model(path, vocab_size=None, **overrides):
-    """The Keras Transformer of the trained model at `path` (:func:`resolve`), with its
-    weights; `overrides` are model settings (e.g. dropout) that change no weight's shape,
-    or a Keras `dtype`. The model's vocabulary comes with it (:meth:`Transformer.save_to_preset`).
+def load_model(cls, path, vocab_size=None, **overrides):
+    """The `cls` (e.g. :class:`tfxformer.Transformer`) of the trained model at `path`
+    (:func:`tfxformer.locate.resolve`), with its weights; `overrides` are model settings
+    (e.g. dropout) that change no weight's shape, or a Keras `dtype`. The model's
+    vocabulary comes with it (:meth:`Transformer.save_to_preset`).
 
     Raises:
         FileNotFoundError: `path` does not exist, or a file of it is missing.
@@ -290,36 +235,49 @@ def load_model(path, vocab_size=None, **overrides):
     if vocab_size is not None and int(vocab_size) != source.model.vocab_size:
         raise ValueError(f"vocab_size={vocab_size} given, but the model at {path!r} has a "
                          f"vocabulary of {source.model.vocab_size}.")
-    model = _load(source)
+    model = _load(cls, source)
     dtype = overrides.pop("dtype", None)
     config = source.model.replace(**ModelConfig.upgrade(overrides))
     if config != source.model or dtype is not None:
-        target = _built(config, dtype)
-        assign_weights(target, {weight_key(w.path): w for w in model.weights},
-                       f"{source.kind.replace('_', ' ')} {source.path!r}")
+        target = cls(config, **({} if dtype is None else {"dtype": dtype}))
+        target.build()
+        assign_weights(target, {weight_key(w.path): w for w in model.weights}, source.label)
         model = target
     model.preset_vocabulary = source.spm_bytes if os.path.isfile(source.spm_path or "") \
         else None
     return model
 
 
-def load_tokenizer(path):
-    """The :class:`tfxformer.data.Tokenizer` the trained model at `path` was trained with."""
-    from tfxformer.data.tokenizer import Tokenizer
-
-    return Tokenizer(resolve(path).spm_bytes)
+def load_tokenizer(cls, path):
+    """The `cls` (e.g. :class:`tfxformer.data.Tokenizer`, built from `spm.model` bytes) of
+    the vocabulary the trained model at `path` was trained with."""
+    return cls(resolve(path).spm_bytes)
 
 
 def _vocabulary_bytes(model, tokenizer) -> bytes | None:
-    from tfxformer.data.tokenizer import Tokenizer
-
+    """`spm.model` bytes of `tokenizer`: anything with `spm_bytes` (a
+    :class:`tfxformer.data.Tokenizer`), bytes, or the path of a file or of a directory
+    holding one; None: the vocabulary the model was loaded with."""
     if tokenizer is None:
         return getattr(model, "preset_vocabulary", None)
-    if isinstance(tokenizer, Tokenizer):
-        return tokenizer.spm_bytes
+    if hasattr(tokenizer, "spm_bytes"):
+        return bytes(tokenizer.spm_bytes)
     if isinstance(tokenizer, (bytes, bytearray)):
-        return Tokenizer(bytes(tokenizer)).spm_bytes
-    return Tokenizer.load(os.fspath(tokenizer)).spm_bytes
+        return bytes(tokenizer)
+    path = os.fspath(tokenizer)
+    path = os.path.join(path, SPM_FILENAME) if os.path.isdir(path) else path
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _piece_count(spm_bytes: bytes) -> int:
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(spm_bytes)
+    except Exception as error:  # SentencePiece raises several types for a bad proto
+        raise ValueError(f"The tokenizer is not a valid SentencePiece model ({error}).") \
+            from error
+    return processor.GetPieceSize()
 
 
 def save_preset(model, directory, tokenizer=None) -> str:
@@ -335,12 +293,9 @@ def save_preset(model, directory, tokenizer=None) -> str:
     directory = os.fspath(directory)
     spm_bytes = _vocabulary_bytes(model, tokenizer)
     vocab_size = model.model_config.vocab_size
-    if spm_bytes is not None:
-        from tfxformer.data.tokenizer import Tokenizer
-
-        if Tokenizer(spm_bytes).vocab_size != vocab_size:
-            raise ValueError(f"The tokenizer has {Tokenizer(spm_bytes).vocab_size} pieces, "
-                             f"the model a vocabulary of {vocab_size}.")
+    if spm_bytes is not None and _piece_count(spm_bytes) != vocab_size:
+        raise ValueError(f"The tokenizer has {_piece_count(spm_bytes)} pieces, the model a "
+                         f"vocabulary of {vocab_size}.")
     if os.path.isfile(os.path.join(directory, "saved_model.pb")) or os.path.isdir(
             os.path.join(directory, rundir.CHECKPOINTS)):
         raise ValueError(f"{directory!r} holds a SavedModel or a run dir; save the preset "
@@ -364,9 +319,10 @@ def save_preset(model, directory, tokenizer=None) -> str:
 
 
 def _version() -> str:
-    import tfxformer
-
-    return tfxformer.__version__
+    try:
+        return importlib.metadata.version("tfxformer")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown"
 
 
 # scripts/train_wmt.py --init-from: the TrainConfig hooks.
@@ -434,10 +390,11 @@ def fine_tune_vocabulary(config) -> bytes:
 
 
 def load_initial_weights(model, config) -> None:
-    """Assigns the weights of `config.init_from` to the built training `model`."""
+    """Assigns the weights of `config.init_from` to the built training `model` (read into
+    a model of the same class)."""
     source = resolve(config.init_from)
-    assign_weights(model, {weight_key(w.path): w for w in _load(source).weights},
-                   f"{source.kind.replace('_', ' ')} {source.path!r}")
+    assign_weights(model, {weight_key(w.path): w for w in _load(type(model), source).weights},
+                   source.label)
 
 
 def init_record(config, spm_bytes: bytes) -> dict:

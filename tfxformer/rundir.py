@@ -1,7 +1,8 @@
-"""The run directory: its file names, its `config.json` record, its checkpoints, its model.
+"""The run directory: its file names, its `config.json` record, its checkpoints.
 
 Training writes a run dir; checkpoint averaging, export, translation, evaluation and the
-plotting scripts read it, all through this module::
+plotting scripts read it, all through this module (building its model is
+:func:`tfxformer.pretrained.load_run_dir`'s)::
 
     config.json        the run record, RECORD_KEYS below (written once, atomically)
     spm.model          the shared SentencePiece vocabulary (§5.1), its bytes `spm_bytes`
@@ -31,10 +32,8 @@ import os
 import tensorflow as tf
 
 from tfxformer import multilingual
-from tfxformer.config import PRECISION_POLICIES, DecodingOptions, ModelConfig
-from tfxformer.data.tokenizer import MODEL_FILENAME as SPM_FILENAME
-from tfxformer.data.tokenizer import Tokenizer
-from tfxformer.models.transformer import Transformer
+from tfxformer.config import DecodingOptions, ModelConfig
+from tfxformer.ids import SPM_FILENAME
 
 log = logging.getLogger("tfxformer")
 
@@ -45,8 +44,8 @@ _STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's state file in each of
 LOGS, TRAIN_LOG = "logs", "train.log"
 __all__ = [
     "AVERAGED", "CHECKPOINTS", "CONFIG_FILENAME", "LOGS", "SPM_FILENAME", "TRAIN_LOG",
-    "RunRecord", "build_model", "find_checkpoint", "load_model", "load_vocabulary",
-    "read_config", "restore", "untracked_weights",
+    "RunRecord", "find_checkpoint", "read_config", "read_spm_bytes", "restore",
+    "untracked_weights",
 ]
 
 # The schema of config.json: every key training writes, and what it holds. Readers accept
@@ -226,20 +225,7 @@ def check_compatible(run_dir: str, record: dict) -> None:
                          "run dir (`model_dir`).")
 
 
-def load_vocabulary(path: str):
-    """Loads `spm.model` (a file, or a run dir holding one) as a
-    :class:`tfxformer.data.Tokenizer`, with a clear error for a missing or corrupt file."""
-    try:
-        return Tokenizer.load(path)
-    except FileNotFoundError:
-        raise
-    except Exception as error:  # SentencePiece raises several types for a bad proto
-        file = os.path.join(path, SPM_FILENAME) if os.path.isdir(path) else path
-        raise ValueError(f"{file} is not a valid SentencePiece model ({error}); "
-                         f"{_NEW_DIR}.") from error
-
-
-def _read_spm_bytes(run_dir: str) -> bytes:
+def read_spm_bytes(run_dir: str) -> bytes:
     """The bytes of `run_dir/spm.model`."""
     path = os.path.join(run_dir, SPM_FILENAME)
     if not os.path.isfile(path):
@@ -383,50 +369,3 @@ def untracked_weights(model) -> list[str]:
     Keras 3, keras-team/keras#18398)."""
     hidden = {id(v) for v in hidden_model_variables(model)}
     return [w.path for w in model.weights if id(w) in hidden]
-
-
-def build_model(model: dict | ModelConfig, precision: str = "fp32"):
-    """A built :class:`tfxformer.Transformer` from a record's "model" (random weights)."""
-    if precision not in PRECISION_POLICIES:
-        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
-    built = Transformer(ModelConfig.from_dict(model), dtype=PRECISION_POLICIES[precision])
-    built.build()
-    untracked = untracked_weights(built)
-    if untracked:
-        raise ValueError(
-            f"{len(untracked)} of {len(built.weights)} model weights are not tracked by "
-            f"tf.train.Checkpoint (e.g. {untracked[:3]}), so a checkpoint can neither hold "
-            "nor restore them; the model's layer tracking must be fixed.")
-    return built
-
-
-def load_model(path: str, checkpoint: str | None = None, precision: str = "fp32"):
-    """Loads run dir `path` into `(model, record, spm_bytes)`, `record` its config.json
-    as a :class:`RunRecord` (an older version's upgraded).
-
-    Builds the Transformer of `record.model` and restores the weights of `checkpoint`
-    (default: :func:`find_checkpoint`, averaged first), checking that every model weight
-    is tracked and restored; optimizer and step entries are ignored. `precision` "bf16"
-    or "fp16" computes in that type (float32 weights, logits, softmax and LayerNorm).
-
-    Raises:
-        FileNotFoundError: no run dir, config.json, spm.model or checkpoint.
-        ValueError: a bad precision, an unreadable config, or a checkpoint that is corrupt
-            or does not fit the model.
-    """
-    if precision not in PRECISION_POLICIES:
-        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"Run dir {path!r} does not exist.")
-    record = RunRecord.from_dict(read_config(path))
-    spm_bytes = _read_spm_bytes(path)
-    checkpoint = checkpoint or find_checkpoint(path)
-    if checkpoint is None:
-        raise FileNotFoundError(
-            f"No checkpoint in run dir {path!r}: looked for the latest ckpt-<step> that the "
-            f"state file `{_STATE_FILE}` names in "
-            f"{', '.join(f'{d}/' for d in _CHECKPOINT_SUBDIRS)}.")
-    model = build_model(record.model, precision)
-    restore(tf.train.Checkpoint(model=model), checkpoint, f"the model of {CONFIG_FILENAME}")
-    log.info("Loaded %s", checkpoint)
-    return model, record, spm_bytes

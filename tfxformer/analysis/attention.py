@@ -39,7 +39,8 @@ def sentence_attention(model, spm_bytes: bytes, sentence: str,
                        extra_length=DEFAULTS.extra_length):
     """Greedy-translates `sentence` and returns its :class:`SentenceAttention`.
 
-    `model` is a :class:`tfxformer.Transformer` (e.g. from :func:`tfxformer.rundir.load_model`),
+    `model` is a :class:`tfxformer.Transformer` (e.g. from
+    :func:`tfxformer.pretrained.load_run_dir`),
     `spm_bytes` its vocabulary; the source is cut to the model's position table.
     """
     processor = spm.SentencePieceProcessor(model_proto=spm_bytes)

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import inspect
 import io
 import logging
 import os
-import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -32,16 +30,18 @@ from typing import TYPE_CHECKING
 import sentencepiece as spm
 import tensorflow as tf
 
-from tfxformer.ids import BOS_ID, EOS_ID, NUM_SPECIAL_IDS, PAD_ID, UNK_ID  # noqa: F401
+from tfxformer import pretrained
+from tfxformer.ids import BOS_ID, EOS_ID, NUM_SPECIAL_IDS, PAD_ID, SPM_FILENAME, UNK_ID  # noqa: F401
+from tfxformer.sentencepiece_ops import load_sentencepiece_ops  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     import tensorflow_text as tf_text
 
 __all__ = [
-    "MODEL_FILENAME", "Tokenizer", "keras_tokenizer", "train_tokenizer",
+    "MODEL_FILENAME", "Tokenizer", "keras_tokenizer", "load_vocabulary", "train_tokenizer",
 ]
 
-MODEL_FILENAME = "spm.model"
+MODEL_FILENAME = SPM_FILENAME
 
 logger = logging.getLogger(__name__)
 
@@ -62,23 +62,6 @@ def _check_proto(proto: bytes) -> int:
             "Train it with tfxformer.data.train_tokenizer."
         )
     return processor.GetPieceSize()
-
-
-@functools.cache
-def load_sentencepiece_ops() -> None:
-    """Registers the one tensorflow-text op library an exported translator runs
-    (`_sentencepiece_tokenizer.so`: SentencepieceOp, SentencepieceTokenizeOp,
-    SentencepieceDetokenizeOp), as TF Serving links it, instead of `import
-    tensorflow_text`, which loads all of its 20-odd op libraries (~110 MiB more resident
-    memory in a serving process). Falls back to the import when the library is not where
-    tensorflow-text installs it."""
-    spec = importlib.util.find_spec("tensorflow_text")
-    library = None if spec is None or not spec.submodule_search_locations else os.path.join(
-        spec.submodule_search_locations[0], "python", "ops", "_sentencepiece_tokenizer.so")
-    if "tensorflow_text" in sys.modules or library is None or not os.path.exists(library):
-        import tensorflow_text  # noqa: F401  (registers its ops)
-    else:
-        tf.load_op_library(library)
 
 
 @functools.cache
@@ -134,6 +117,19 @@ def sentencepiece_tokenizer(spm_bytes: bytes) -> tf_text.SentencepieceTokenizer:
     return _tokenizer_class()(bytes(spm_bytes))
 
 
+def load_vocabulary(path: str) -> Tokenizer:
+    """Loads `spm.model` (a file, or a run dir holding one) as a :class:`Tokenizer`, with a
+    clear error for a missing or corrupt file."""
+    try:
+        return Tokenizer.load(path)
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # SentencePiece raises several types for a bad proto
+        file = os.path.join(path, MODEL_FILENAME) if os.path.isdir(path) else path
+        raise ValueError(f"{file} is not a valid SentencePiece model ({error}); restore it, "
+                         "or train into a new run dir (`model_dir`).") from error
+
+
 class Tokenizer(tf.Module):
     """In-graph SentencePiece tokenizer over the shared EN/DE vocabulary (§5.1).
 
@@ -178,9 +174,7 @@ class Tokenizer(tf.Module):
         """The vocabulary of the trained model at `path` (a SavedModel export or version
         dir, a run dir, or a preset dir; :mod:`tfxformer.pretrained`): the same ids as
         the model was trained with."""
-        from tfxformer.pretrained import load_tokenizer
-
-        return load_tokenizer(path)
+        return pretrained.load_tokenizer(cls, path)
 
     def save(self, directory: str) -> str:
         """Writes the model to `directory/spm.model` and returns that path."""

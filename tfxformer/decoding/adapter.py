@@ -10,7 +10,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfxformer import checks
-from tfxformer.decoding import lean as lean_step
 from tfxformer.decoding.common import DEFAULTS, DecodeStart, check_nonnegative_int
 from tfxformer.decoding.shortlist import check_shortlist
 
@@ -42,7 +41,9 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
                         max_output_length=None, static_cache=False, shortlist=None,
                         lean=True):
     """Encodes `source_ids` (B, S) and returns the :class:`DecodeStart` of a search with
-    `beams` hypotheses per sentence on `model` (a :class:`tfxformer.Transformer`).
+    `beams` hypotheses per sentence on `model`: a :class:`tfxformer.Transformer`, or any
+    model with its `encode`, `init_cache`, `decode_step` (and, optionally, `lean_step`),
+    `model_config` (`max_positions`, `vocab_size`) and, for a shortlist, `embedding`.
 
     cache: per decoder layer the self-attention {"key", "value"} (B * beams, H, L, K),
     L = 0 and growing by one position per step unless `static_cache` (then L = the
@@ -56,9 +57,9 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
     (N, V') over the shortlist's rows of the shared embedding, gathered here once; map
     the search's output with :func:`tfxformer.decoding.shortlist.to_vocabulary`.
 
-    With a growing cache the step is :class:`tfxformer.decoding.lean.LeanStep` (the same
-    logits in fewer ops: weights read once, 2-D rows) unless `lean=False` or the model
-    has what it does not cover; otherwise `model.decode_step`.
+    With a growing cache the step is the model's `lean_step(L, rows)` (the same logits in fewer
+    ops: weights read once, 2-D rows; :meth:`tfxformer.Transformer.lean_step`) unless
+    `lean=False` or the model has none (it returns None); otherwise `model.decode_step`.
     """
     source_ids = tf.convert_to_tensor(source_ids)
     memory, source_mask = model.encode(source_ids)
@@ -75,13 +76,15 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
                              model.compute_dtype)
 
     memory = [c["cross"] for c in cache]
-    if lean and not static_cache and lean_step.unsupported(model) is None:
-        lean_fn = lean_step.LeanStep(model, length)
+    lean_fn = None
+    if lean and not static_cache and hasattr(model, "lean_step"):
+        lean_fn = model.lean_step(length, logit_rows)
+    if lean_fn is not None:
         context = {"memory": memory, "cross_mask": source_mask[:, None, None, :]}
 
         def decode(ids, index, self_cache, context):
             return lean_fn(ids, index, self_cache, context["memory"], context["cross_mask"],
-                           beams, logit_rows)
+                           beams)
     else:
         context = {"memory": memory, "source_mask": source_mask}
 

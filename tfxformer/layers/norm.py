@@ -6,8 +6,9 @@ pass over the last axis is written as mean -> centre -> mean of squares of the c
 values -> rsqrt, instead of Keras' `moments` (a `SquaredDifference` against the broadcast
 mean) followed by folding gamma into the scale: layer normalization was 12 % of a
 beam-search call of the shipped Multi30k model (`bench/profile_ops.py --what translate`),
-and the two graphs are timed against each other by `bench/microbench.py --cases
-layer_norm` (figures in bench/README.md). The results agree with Keras' to float32
+and the two graphs were timed against each other by a study (figures in bench/README.md,
+"Studies"; `git show 677cc7a:bench/studies/microbench.py`, `--cases layer_norm`). The
+results agree with Keras' to float32
 rounding (tests/test_layer_norm.py). Like Keras, it
 computes in float32 under mixed precision and returns the compute dtype.
 """
@@ -46,7 +47,7 @@ class LayerNorm(keras.layers.LayerNormalization):
 def layer_norm(inputs, gamma, beta, epsilon, dtype):
     """:class:`LayerNorm`'s forward pass over the last axis, in float32 (float64 stays),
     returned in `dtype`; also what the lean decoding step calls with its weights read once
-    (:mod:`tfxformer.decoding.lean`)."""
+    (:mod:`tfxformer.models.lean_step`)."""
     x = tf.cast(inputs, tf.float32) if inputs.dtype != tf.float64 else inputs
     centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
     variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from tfxformer import pretrained
 from tfxformer.config import PRESETS, ModelConfig, get_preset
 from tfxformer.layers.decoder import Decoder
 from tfxformer.layers.embedding import SharedEmbedding
@@ -12,6 +13,8 @@ from tfxformer.layers.encoder import Encoder
 from tfxformer.layers.masks import padding_mask
 from tfxformer.layers.ops import matmul_last
 from tfxformer.layers.position import PositionalEncoding
+from tfxformer.locate import is_model_path
+from tfxformer.models import lean_step
 from tfxformer.quantize import pop_quantized_dtype, quantized_dtype, restore_quantization
 
 
@@ -72,10 +75,8 @@ class Transformer(keras.Model):
         tfxformer.config), or the trained model at path `name` with its weights: a
         SavedModel export or version dir, a run dir, or a :meth:`save_to_preset` dir
         (:mod:`tfxformer.pretrained`; `overrides` such as dropout, no other vocab_size)."""
-        from tfxformer import pretrained
-
-        if pretrained.is_model_path(name):
-            return pretrained.load_model(name, vocab_size, **overrides)
+        if is_model_path(name):
+            return pretrained.load_model(cls, name, vocab_size, **overrides)
         if vocab_size is None and name in PRESETS:
             raise ValueError(f"Preset {name!r} needs a `vocab_size`.")
         return cls(get_preset(name, vocab_size=vocab_size, **overrides))
@@ -84,8 +85,6 @@ class Transformer(keras.Model):
         """Writes config.json, model.weights.h5, metadata.json and (with the vocabulary
         the model was loaded with, or `tokenizer`) spm.model into `preset_dir`, which
         :meth:`from_preset` and ``Tokenizer.from_preset`` read back; returns `preset_dir`."""
-        from tfxformer import pretrained
-
         return pretrained.save_preset(self, preset_dir, tokenizer)
 
     def build(self, input_shape=None):
@@ -163,6 +162,18 @@ class Transformer(keras.Model):
             return self.embedding.logits(out), cache
         kernel = tf.cast(logit_rows, out.dtype)  # as SharedEmbedding.logits, on V' rows
         return tf.cast(matmul_last(out, kernel, transpose_b=True), tf.float32), cache
+
+    def lean_step(self, columns, logit_rows=None):
+        """The step function of a search with a growing cache, its weights read now
+        (:class:`tfxformer.models.lean_step.LeanStep`: `decode_step`'s logits in fewer
+        ops), or None where it does not cover the model (a subclass with its own
+        `decode_step`, a quantized layer, restricted attention): then take `decode_step`.
+        `columns`: the output positions the search may reach (L); `logit_rows` (V', D):
+        the embedding rows the logits are over (a vocabulary shortlist), or None."""
+        if type(self).decode_step is not Transformer.decode_step or \
+                lean_step.unsupported(self) is not None:
+            return None
+        return lean_step.LeanStep(self, columns, logit_rows)
 
     def call(self, inputs, training=None):
         source_ids, target_ids = _unpack_inputs(inputs)

@@ -10,61 +10,23 @@ memory (validation during training).
 from __future__ import annotations
 
 import json
-import os
 
 import tensorflow as tf
 
-from tfxformer import checks, rundir
+from tfxformer import checks, pretrained
 from tfxformer.config import DecodingOptions
-from tfxformer.data.tokenizer import load_sentencepiece_ops
-from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
+from tfxformer.locate import (  # noqa: F401 (re-exported by tfxformer.serving)
+    resolve_model_dir,
+    saved_model_versions,
+    target_languages_of,
+)
+from tfxformer.models.transformer import Transformer
+from tfxformer.rundir import RunRecord
+from tfxformer.sentencepiece_ops import load_sentencepiece_ops
 from tfxformer.serving.batching import translate_in_length_order
 from tfxformer.serving.translator import make_translator
 
 _DEFAULTS = DecodingOptions()
-
-
-def saved_model_versions(export_dir):
-    """Sorted integer versions `v` with `<export_dir>/<v>/saved_model.pb`."""
-    if not os.path.isdir(export_dir):
-        return []
-    return sorted(int(name) for name in os.listdir(export_dir) if name.isdigit()
-                  and os.path.isfile(os.path.join(export_dir, name, "saved_model.pb")))
-
-
-def resolve_model_dir(path):
-    """Says what `path` is: ("saved_model", version dir) for a SavedModel directory or an
-    export dir (its highest version), or ("run_dir", path) for a trained run dir.
-
-    Raises:
-        FileNotFoundError: `path` is none of these, with what was expected.
-    """
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"Model dir {path!r} does not exist (or is not a directory).")
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return "saved_model", path
-    versions = saved_model_versions(path)
-    if versions:
-        return "saved_model", os.path.join(path, str(versions[-1]))
-    if os.path.isfile(os.path.join(path, CONFIG_FILENAME)):
-        return "run_dir", path
-    raise FileNotFoundError(
-        f"{path!r} is not a model dir. Accepted: a SavedModel version dir (with "
-        "saved_model.pb), an export dir with integer version subdirs, or a trained run dir "
-        f"(with {CONFIG_FILENAME}, {SPM_FILENAME} and checkpoints/).")
-
-
-def target_languages_of(path) -> tuple[str, ...]:
-    """The target languages of the multilingual model at `path` (a SavedModel version or
-    export dir, or a run dir; read from its config.json), or () for a model of one target.
-    Raises FileNotFoundError as :func:`resolve_model_dir`."""
-    kind, resolved = resolve_model_dir(path)
-    where = resolved if kind == "run_dir" else os.path.join(resolved, "assets")
-    config = os.path.join(where, CONFIG_FILENAME)
-    if not os.path.isfile(config):
-        return ()
-    with open(config, encoding="utf-8") as f:
-        return RunRecord.from_dict(json.load(f)).target_languages
 
 
 class TranslateFn:
@@ -93,17 +55,20 @@ class TranslateFn:
         options = self.options
         return (f"model: {self.path} ({self.kind.replace('_', ' ')}); beam size "
                 f"{options['beam_size']}, alpha {options['alpha']}, extra length "
-                f"{options['extra_length']}")
+                f"{options['extra_length']}, stopping {options.get('stopping')}, length "
+                f"normalization {options.get('length_normalization')}")
 
 
 def make_translate_fn(model, spm_bytes: bytes, beam_size=None, alpha=None,
                       extra_length=None, batch_size=_DEFAULTS.batch_size, path=None,
-                      target_languages=(), target_language=None):
+                      target_languages=(), target_language=None, stopping=None,
+                      length_normalization=None):
     """A :class:`TranslateFn` over a Transformer in memory and its vocabulary `spm_bytes`,
     translating with the exported graph (:class:`tfxformer.serving.Translator`); a
     multilingual model's (`target_languages`) into `target_language`."""
-    options = _DEFAULTS.replace(beam_size=beam_size, alpha=alpha,
-                                extra_length=extra_length).search_options()
+    decoding = _DEFAULTS.replace(beam_size=beam_size, alpha=alpha, extra_length=extra_length,
+                                 stopping=stopping, length_normalization=length_normalization)
+    options = _search_options(decoding)
     translator = make_translator(model, spm_bytes, target_languages,
                                  max_batch_size=batch_size, **options)
     function = _into(translator.__call__, target_languages, target_language,
@@ -128,23 +93,35 @@ def _into(function, languages, language, path):
     return lambda text: function(text, tf.fill(tf.shape(text), language))
 
 
+def _search_options(decoding: DecodingOptions) -> dict:
+    """The options a translator searches with: the call's three and the two an export
+    fixes (stopping rule, length normalization)."""
+    return dict(decoding.search_options(), stopping=decoding.stopping,
+                length_normalization=decoding.length_normalization)
+
+
 def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
                       batch_size=_DEFAULTS.batch_size, precision="fp32", checkpoint=None,
-                      target_language=None):
+                      target_language=None, stopping=None, length_normalization=None):
     """The translate function of a SavedModel version dir, its export dir, or a run dir.
 
     Args:
         path: a SavedModel version dir, an export dir (its highest version is taken), or a
-            trained run dir (its averaged checkpoint first, :func:`tfxformer.rundir.load_model`).
+            trained run dir (its averaged checkpoint first,
+            :func:`tfxformer.pretrained.load_run_dir`).
         beam_size, alpha, extra_length: decoding options (§6.1); None takes the export's
             (its config.json asset), else :class:`tfxformer.config.DecodingOptions`'
             (the paper's 4, 0.6, 50).
         batch_size: sentences per translation call.
         precision: compute type of a run dir's model ("fp32", "bf16", "fp16"); a SavedModel
             computes in the type it was exported with.
-        checkpoint: a run dir's checkpoint prefix (default: :func:`rundir.find_checkpoint`).
+        checkpoint: a run dir's checkpoint prefix (default:
+            :func:`tfxformer.rundir.find_checkpoint`).
         target_language: the language a multilingual model translates into (one of its
             `target_languages`; required for such a model, an error for any other).
+        stopping, length_normalization: beam search's stopping rule and length
+            normalization (:class:`tfxformer.config.DecodingOptions`); a SavedModel fixes
+            both when exported, so for one they may only repeat its own.
 
     Returns:
         A :class:`TranslateFn`, `list[str] -> list[str]`.
@@ -155,11 +132,13 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
     """
     kind, resolved = resolve_model_dir(path)
     if kind == "run_dir":
-        model, record, spm_bytes = rundir.load_model(resolved, checkpoint, precision=precision)
+        model, record, spm_bytes = pretrained.load_run_dir(Transformer, resolved, checkpoint,
+                                                           precision=precision)
         return make_translate_fn(model, spm_bytes, beam_size, alpha, extra_length,
                                  batch_size, path=resolved,
                                  target_languages=record.target_languages,
-                                 target_language=target_language)
+                                 target_language=target_language, stopping=stopping,
+                                 length_normalization=length_normalization)
     for name, value, default in (("precision", precision, "fp32"),
                                  ("checkpoint", checkpoint, None)):
         if value != default:
@@ -168,8 +147,15 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
     loaded = _load_saved_model(resolved)
     record = _exported_record(loaded)
     given = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
-    options = ((record.decoding if record else None) or _DEFAULTS).replace(
-        **given).search_options()
+    exported = (record.decoding if record else None) or DecodingOptions.from_dict({})
+    for name, value in (("stopping", stopping),
+                        ("length_normalization", length_normalization)):
+        if value is not None and value != getattr(exported, name):
+            raise ValueError(
+                f"`{name}` {value!r}: the SavedModel {resolved!r} was exported with "
+                f"{getattr(exported, name)!r}, fixed in its graph; re-export it with "
+                f"scripts/export.py --{name.replace('_', '-')} {value}.")
+    options = _search_options(exported.replace(**given))
     scalars = {}
     if all(v is None for v in given.values()):
         signature = loaded.signatures["serving_default"]

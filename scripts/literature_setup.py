@@ -7,7 +7,7 @@ shipped models solve a harder task: cased, detokenised output, lowercased and to
 afterwards. This script writes the literature's version of the data, so the same recipe
 can be trained on it and the two tasks compared like for like:
 
-    python bench/literature_setup.py --data ../shared/data/multi30k --out runs/m30k_lc_tok
+    python scripts/literature_setup.py --data ../shared/data/multi30k --out runs/m30k_lc_tok
     python scripts/train_wmt.py --data runs/m30k_lc_tok --preset multi30k ...
     python scripts/evaluate.py --model RUN_DIR --data runs/m30k_lc_tok \\
         --sets test_2016_flickr test_2017_flickr --metric tokenized --beam-size 5 --alpha 1.0

@@ -7,16 +7,20 @@ mask of the growing cache is built and applied, at every step. A search's step h
 and a cache that holds exactly the positions written so far, so none of that is needed:
 this module reads (and casts to the compute dtype) every weight once, before the search's
 loop, computes the position rows of the L output columns once, and runs the step on 2-D
-(N, D) rows, where a projection is one MatMul and a head split one Reshape. The
-arithmetic is the layers' own, op for op (:func:`tfxformer.layers.norm.layer_norm`,
-:func:`tfxformer.layers.attention.attention_weights`), so the logits are those of
-`decode_step`: bitwise under mixed bfloat16 and with learned positions, to float32
-rounding (~1e-6) with sinusoidal ones, whose rows come from one table per search
-(tests/test_lean_step.py; bench/lean_step.py compares translations).
+(N, D) rows, where a projection is one MatMul and a head split one Reshape, and the
+tied output projection one 2-D MatMul against a kernel transposed once
+(:func:`output_projection`). The arithmetic is the layers' own, op for op
+(:func:`tfxformer.layers.norm.layer_norm`,
+:func:`tfxformer.layers.attention.attention_weights`); only the output projection sums
+its products in another order, so the logits are those of `decode_step` to float32
+rounding (~1e-6; bfloat16 rounding under mixed bfloat16) (tests/test_lean_step.py;
+`bench/ab_translate.py --patch layer_step` compares translations).
 
-Used by :func:`tfxformer.decoding.adapter.transformer_decoder` for a growing cache when
+It reads the Transformer's layers, so it lives with the model:
+:meth:`tfxformer.Transformer.lean_step` returns a :class:`LeanStep` when
 :func:`unsupported` finds nothing in the model it does not cover (a quantized layer,
-restricted attention); everything else takes `decode_step`.
+restricted attention), else None; :func:`tfxformer.decoding.adapter.transformer_decoder`
+takes it for a growing cache and `decode_step` otherwise.
 
 Shapes: B' sentences, R beams, N = B'·R rows, H heads, K head width, D model width,
 S source length, L output columns.
@@ -31,7 +35,6 @@ import tensorflow as tf
 from tfxformer.layers.attention import attention_weights
 from tfxformer.layers.norm import layer_norm
 from tfxformer.layers.position import sinusoidal_encoding
-from tfxformer.models.transformer import Transformer
 
 
 class _Norm(NamedTuple):
@@ -53,10 +56,8 @@ class _Layer(NamedTuple):
 
 
 def unsupported(model) -> str | None:
-    """Why the lean step cannot run `model` (a sentence), or None when it can."""
-    if not isinstance(model, Transformer) or type(model).decode_step is not \
-            Transformer.decode_step:
-        return "a model with a decode_step of its own"
+    """Why the lean step cannot run the decoder layers of `model` (a
+    :class:`tfxformer.Transformer`; a sentence), or None when it can."""
     for layer in model.decoder.stack:
         if layer.self_attention.window is not None:
             return "restricted self-attention (window)"
@@ -95,15 +96,29 @@ def _read_layer(layer, dtype):
     return _Layer(affine, norms)
 
 
+def output_projection(rows, dtype):
+    """The tied output projection of a search: `x` (N, D) -> (N, V') float32 logits over
+    `rows` (V', D) of the shared embedding (§3.4), as one 2-D MatMul against a (D, V')
+    kernel transposed once, here, before the search's loop.
+
+    Not `tf.matmul(x[:, None, :], rows, transpose_b=True)`: where TensorFlow runs Eigen
+    (CPUs without AVX-512, or `TF_ENABLE_ONEDNN_OPTS=0`) that broadcast batched matmul
+    is one matrix-vector product per row, reading the whole (V', D) table N times."""
+    kernel = tf.transpose(tf.cast(rows, dtype))  # (D, V')
+    return lambda x: tf.cast(tf.matmul(x, kernel), tf.float32)
+
+
 class LeanStep:
     """The step function of a search on `model`, weights read when it is built.
 
     Build it outside the search's loop (its tensors are then loop inputs, read once):
-    `LeanStep(model, columns)`, then `step(ids, index, self_cache, memory, cross_mask,
-    beams, logit_rows)` -> ((N, 1, V) float32 logits, new self cache).
+    `LeanStep(model, columns, logit_rows=None)`, then `step(ids, index, self_cache,
+    memory, cross_mask, beams)` -> ((N, 1, V) float32 logits, new self cache).
+    `logit_rows` (V', D): the rows of the shared embedding the logits are over (a
+    vocabulary shortlist, :mod:`tfxformer.decoding.shortlist`), or None (all of them).
     """
 
-    def __init__(self, model, columns):
+    def __init__(self, model, columns, logit_rows=None):
         reason = unsupported(model)
         if reason is not None:
             raise ValueError(f"The lean decoding step does not cover {reason}; use "
@@ -116,6 +131,8 @@ class LeanStep:
         self.embeddings = tf.convert_to_tensor(model.embedding.embeddings)  # float32
         # The layers' calls read their tables autocast to the compute dtype (Keras).
         self.input_embeddings = tf.cast(self.embeddings, self.dtype)
+        self.project = output_projection(
+            self.embeddings if logit_rows is None else logit_rows, self.dtype)
         if model.position.kind == "sinusoidal":
             self.positions = sinusoidal_encoding(tf.range(columns), config.d_model)
         else:
@@ -124,10 +141,10 @@ class LeanStep:
         final = model.decoder.final_norm
         self.final_norm = None if final is None else _norm(final)
 
-    def __call__(self, ids, index, self_cache, memory, cross_mask, beams, logit_rows=None):
+    def __call__(self, ids, index, self_cache, memory, cross_mask, beams):
         """ids (N, 1) at position `index`; self_cache per layer {"key", "value"}
         (N, H, index, K); memory per layer {"key", "value"} (B', H, S, K); cross_mask
-        (B', 1, 1, S) bool; `logit_rows` (V', D) or None (the tied embedding)."""
+        (B', 1, 1, S) bool."""
         x = tf.gather(self.input_embeddings, tf.reshape(ids, [-1])) * self.width ** 0.5
         x = x + tf.cast(tf.gather(self.positions, index), self.dtype)  # (N, D)
         new_cache = []
@@ -136,10 +153,7 @@ class LeanStep:
             new_cache.append(cache)
         if self.final_norm is not None:
             x = self._normed(x, self.final_norm)
-        rows = self.embeddings if logit_rows is None else logit_rows
-        # (N, 1, D) by (V, D)ᵀ: the batched form, as SharedEmbedding.logits runs it
-        logits = tf.matmul(x[:, None, :], tf.cast(rows, x.dtype), transpose_b=True)
-        return tf.cast(logits, tf.float32), new_cache
+        return self.project(x)[:, None, :], new_cache
 
     def _layer(self, layer, x, cache, kv, cross_mask, beams):
         affine, norms = layer.affine, layer.norms

@@ -7,14 +7,14 @@ the same German text), and whole groups go to one split. Held-out sets keep one 
 group; training keeps every pair of its groups. The split is a deterministic function of
 `--seed`.
 
-    python bench/domain_adaptation.py --out runs/tatoeba
+    python scripts/domain_adaptation.py --out runs/tatoeba
     # before: the shipped model on the new domain
     python scripts/evaluate.py --model saved_models/multi30k_en_de --data runs/tatoeba --sets test
     # fine-tuned from the shipped model, and the same model from scratch, same steps
     python scripts/train_wmt.py --init-from saved_models/multi30k_en_de --data runs/tatoeba ...
     python scripts/train_wmt.py --preset multi30k --vocab-size 8000 --data runs/tatoeba ...
 
-docs/training.md ("Start from a trained model") has the exact commands and the figures.
+docs/fine_tuning.md ("Domain adaptation, measured") has the exact commands and the figures.
 """
 
 from __future__ import annotations

@@ -1,0 +1,47 @@
+"""Argument types the command-line scripts share: a bad value is named with what is
+accepted, in argparse's own usage error (`translate.py: error: argument --beam-size: must
+be >= 1, got 0`). No TensorFlow."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["float_in", "int_at_least", "non_negative_float"]
+
+
+def int_at_least(low):
+    """A parser of integers >= `low`."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+    return parse
+
+
+def non_negative_float(text):
+    """A float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def float_in(low, high, low_open=True):
+    """A parser of floats in (low, high] (or [low, high] with low_open=False)."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not ((value > low if low_open else value >= low) and value <= high):
+            bounds = f"{'(' if low_open else '['}{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"must be in {bounds}, got {text}")
+        return value
+    return parse
