@@ -27,7 +27,13 @@ setup(
         "tensorflow-serving-api==2.21.*",
     ],
     extras_require={
-        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "hypothesis>=6.100,<7", "ruff>=0.6"],
+        # CI runs the CTranslate2 export's tests too (tests/test_ctranslate2.py).
+        # filelock: the test builds shared by the pytest-xdist workers (tests/conftest.py).
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "hypothesis>=6.100,<7", "ruff>=0.6",
+                 "ctranslate2>=4.8,<5", "filelock>=3.12"],
+        # scripts/export.py --format ctranslate2 and translation with its directories
+        # (tfxformer.serving.ctranslate2): OpenNMT's CPU runtime, 4.8.5 tested.
+        "ctranslate2": ["ctranslate2>=4.8,<5"],
         # gRPC client of scripts/serving_client.py (the protos are installed anyway)
         "serving": ["tensorflow-serving-api==2.21.*"],
     },

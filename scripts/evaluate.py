@@ -5,10 +5,11 @@
 
 --model is an exported SavedModel (its export's decoding options; greedy rows with beam 1,
 alpha 0) or a trained run dir (optionally --checkpoint, e.g. RUN/checkpoints/ckpt-5000 for
-the model before averaging), loaded by tfxformer.serving.load_translate_fn. With --metric
-multi30k each row also has the BLEU Multi30k papers report (lowercased, normalised, Moses
-tokenized, against DATA/tok/SET.lc.norm.tok.TGT). Prints a markdown table and one JSON line
-per row; --hyp-dir keeps the translations.
+the model before averaging), or a CTranslate2 model directory (scripts/export.py --format
+ctranslate2; optionally --compute-type), loaded by tfxformer.serving.ctranslate2's
+load_translate_fn. With --metric multi30k each row also has the BLEU Multi30k papers report
+(lowercased, normalised, Moses tokenized, against DATA/tok/SET.lc.norm.tok.TGT). Prints a
+markdown table and one JSON line per row; --hyp-dir keeps the translations.
 """
 
 import argparse
@@ -19,23 +20,32 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from tfxformer.config import DecodingOptions  # noqa: E402 (plain settings: no TensorFlow)
+from tfxformer.config import (  # noqa: E402
+    LENGTH_NORMALIZATIONS,
+    STOPPING_RULES,
+    DecodingOptions,
+)
 
 METRICS = ("multi30k", "tokenized")
 
 
 def load(model_path, checkpoint=None, precision="fp32", batch_size=None, greedy=False,
-         beam_size=None, alpha=None, target_language=None):
+         beam_size=None, alpha=None, target_language=None, compute_type=None,
+         stopping=None, length_normalization=None):
     """Returns (path, {mode: translate(list[str]) -> list[str]}) for "beam" (and "greedy");
     beam_size/alpha None = the model's own (the export's, or the run's); batch_size None
-    = DecodingOptions'; `target_language`: a multilingual model's."""
-    from tfxformer.serving import load_translate_fn
+    = DecodingOptions'; `target_language`: a multilingual model's; `compute_type`: a
+    CTranslate2 model's; `stopping`, `length_normalization`: the beam rows' rules (a run
+    dir's; an export's are fixed when exported)."""
+    from tfxformer.serving.ctranslate2 import load_translate_fn  # any model dir
 
     defaults = DecodingOptions()
     batch_size = defaults.batch_size if batch_size is None else batch_size
     common = dict(batch_size=batch_size, precision=precision, checkpoint=checkpoint,
-                  target_language=target_language)
-    beam = load_translate_fn(model_path, beam_size=beam_size, alpha=alpha, **common)
+                  target_language=target_language, compute_type=compute_type)
+    rules = {k: v for k, v in (("stopping", stopping),
+                               ("length_normalization", length_normalization)) if v}
+    beam = load_translate_fn(model_path, beam_size=beam_size, alpha=alpha, **rules, **common)
     translators = {"beam": beam}
     if greedy:
         translators["greedy"] = load_translate_fn(
@@ -74,7 +84,7 @@ def _parser():
                         "Multi30k BLEU (lowercased, tokenized references in DATA/tok/); "
                         "tokenized = BLEU of the output as it is against NAME.TGT, with no "
                         "further tokenisation (multi-bleu; for a model trained on tokenized "
-                        "text, see bench/literature_setup.py)")
+                        "text, see scripts/literature_setup.py)")
     parser.add_argument("--batch-size", type=int, default=DecodingOptions().batch_size,
                         help="sentences per call (default: %(default)s)")
     parser.add_argument("--hyp-dir", help="write each set's translations here")
@@ -83,9 +93,22 @@ def _parser():
                         "the export's, or the run's --beam-size)")
     parser.add_argument("--alpha", type=float, help="length penalty alpha of the beam rows "
                         "(default: the export's, or the run's --alpha)")
+    parser.add_argument("--stopping", choices=STOPPING_RULES,
+                        help="beam search's stopping rule for a run dir: 'bound' (no alive "
+                             "hypothesis can still win) or 'finished' (beam-size hypotheses "
+                             "have ended); an export's is fixed when exported (default: "
+                             "the model's)")
+    parser.add_argument("--length-normalization", choices=LENGTH_NORMALIZATIONS,
+                        help="a finished hypothesis' score for a run dir: 'gnmt' (log P / "
+                             "((5 + |Y|) / 6)^alpha) or 'length' (log P / |Y|^alpha, "
+                             "CTranslate2's); an export's is fixed (default: the model's)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="compute type for a run dir (bf16: bfloat16 matmuls, float32 "
                              "weights and softmax) (default: %(default)s)")
+    parser.add_argument("--compute-type", metavar="TYPE",
+                        help="compute type for a CTranslate2 model directory: default (the "
+                             "type its weights were exported in), int8, int8_float32, "
+                             "float32, ... (default: default)")
     return parser
 
 
@@ -145,7 +168,8 @@ def main(argv=None) -> int:
                 for name in args.sets}
         path, translators = load(args.model, args.checkpoint, args.precision,
                                  args.batch_size, args.greedy, args.beam_size, args.alpha,
-                                 _target_language(args))
+                                 _target_language(args), args.compute_type,
+                                 args.stopping, args.length_normalization)
     except (OSError, ValueError, ImportError) as error:
         print(f"evaluate.py: error: {error}", file=sys.stderr)
         return 2
@@ -158,7 +182,9 @@ def main(argv=None) -> int:
             options = translate.options  # the beam size and alpha actually used
             row = dict(model=args.label or path, set=name, decoding=mode,
                        beam_size=options["beam_size"], alpha=options["alpha"],
-                       precision=args.precision, sentences=len(hyps),
+                       precision=(f"ctranslate2 {translate.compute_type}"
+                                  if translate.kind == "ctranslate2" else args.precision),
+                       sentences=len(hyps),
                        seconds=round(seconds, 1),
                        **_score(hyps, references, args.tgt, multi30k_refs, tokenized))
             rows.append(row)

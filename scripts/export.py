@@ -1,13 +1,17 @@
 """Export a trained run dir (or re-export a SavedModel of this package) for TF Serving.
 
     python scripts/export.py --model runs/base --export-dir saved_models/en_de
-    python scripts/export.py --model saved_models/multi30k_en_de/5 \
+    python scripts/export.py --model saved_models/multi30k_en_de \
         --export-dir saved_models/multi30k_en_de          # re-export with today's code
-                                  # (beam, α and limits: the source's unless flags say)
+                                  # (beam, α, rules and limits: the source's unless flags say)
+    python scripts/export.py --model runs/base --export-dir /tmp/en_de \
+        --stopping finished                               # end a sentence at K finished
     python scripts/export.py --model runs/base --export-dir /tmp/en_de \
         --shortlist 50,500                                # with a vocabulary shortlist
     python scripts/export.py --ensemble runs/base runs/base_seed2 \
         --export-dir saved_models/en_de_ensemble          # several models, one beam search
+    python scripts/export.py --model saved_models/multi30k_en_de --format ctranslate2 \
+        --quantization int8 --export-dir ct2/en_de_int8   # a CTranslate2 model directory
 
 Writes `<export-dir>/<next version>/` (saved_model.pb, variables/, assets/, and
 assets.extra/ with TF Serving warm-up records and an example batching_parameters.txt)
@@ -15,6 +19,12 @@ and prints its path. `--ensemble` takes two or more trained models in place of `
 (run dirs, SavedModels of one model, or preset dirs, all with the same spm.model): the
 SavedModel then decodes with all of them at once, each step scored with their averaged
 probabilities. See README, "Serving", and docs/serving.md, "Ensembles".
+
+`--format ctranslate2` writes a CTranslate2 model directory at `--export-dir` itself
+(model.bin, config.json, shared_vocabulary.json, spm.model and tfxformer.json; needs
+`pip install -e ".[ctranslate2]"`), with weights stored as `--quantization`;
+scripts/translate.py and scripts/evaluate.py take it as --model. See docs/serving.md,
+"CTranslate2".
 """
 
 from __future__ import annotations
@@ -22,11 +32,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tfxformer.config import DecodingOptions
+from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES, DecodingOptions
+from tfxformer.serving.ctranslate2 import QUANTIZATIONS
 from tfxformer.serving.export import export_ensemble, export_run_dir, export_saved_model
 from tfxformer.serving.loading import resolve_model_dir
 
 DEFAULTS = DecodingOptions()
+FORMATS = ("saved_model", "ctranslate2")
+# What --format ctranslate2 does not take: flag -> its value when not given.
+SAVED_MODEL_ONLY = {"--ensemble": None, "--precision": "fp32", "--shortlist": None,
+                    "--shortlist-data": None, "--shortlist-max-pairs": None,
+                    "--version": None, "--batch-threads": None}
 
 
 def build_parser():
@@ -48,7 +64,17 @@ def build_parser():
                             "search scores each step with their averaged probabilities "
                             "(config and decoding defaults: the first's)")
     parser.add_argument("--export-dir", required=True,
-                        help="model base path for TF Serving, e.g. saved_models/en_de")
+                        help="model base path for TF Serving, e.g. saved_models/en_de; with "
+                             "--format ctranslate2 the new model directory itself (it must "
+                             "not exist, or be empty)")
+    parser.add_argument("--format", choices=FORMATS, default=FORMATS[0],
+                        help="saved_model: a TF Serving SavedModel; ctranslate2: a model "
+                             "directory for CTranslate2, OpenNMT's fast CPU runtime (one "
+                             "model, not multilingual; needs `pip install -e "
+                             "\".[ctranslate2]\"`) (default: %(default)s)")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="with --format ctranslate2: the type CTranslate2 stores the "
+                             "weights in; int8 is its fast CPU type (default: float32)")
     parser.add_argument("--checkpoint", help="checkpoint prefix of a run dir (default: "
                         "newest, averaged ones first); not with --ensemble")
     parser.add_argument("--beam-size", type=int,
@@ -60,6 +86,20 @@ def build_parser():
     parser.add_argument("--extra-length", type=int,
                         help="output tokens allowed beyond the source length (default: a "
                              f"re-exported SavedModel's, else {DEFAULTS.extra_length}, §6.1)")
+    parser.add_argument("--stopping", choices=STOPPING_RULES,
+                        help="when beam search ends a sentence before its limit, fixed in the "
+                             "graph for every signature: bound = once no alive hypothesis "
+                             "could still beat the worst of the beam-size finished ones (the "
+                             "full search's n-best list); finished = once beam-size "
+                             "hypotheses have finished (CTranslate2's and fairseq's rule: "
+                             "fewer steps) (default: a re-exported SavedModel's, else "
+                             f"{DEFAULTS.stopping})")
+    parser.add_argument("--length-normalization", choices=LENGTH_NORMALIZATIONS,
+                        help="what a finished hypothesis' log-probability is divided by, "
+                             "fixed in the graph: gnmt = ((5 + |Y|) / 6)^alpha, |Y| with the "
+                             "EOS (§6.1); length = |Y|^alpha, |Y| without the EOS "
+                             "(CTranslate2's) (default: a re-exported SavedModel's, else "
+                             f"{DEFAULTS.length_normalization})")
     parser.add_argument("--max-input-tokens", type=int,
                         help="source tokens kept, EOS included; longer inputs are cut and "
                              "flagged in the `truncated` output (default: a re-exported "
@@ -112,8 +152,26 @@ def shortlist_sizes(text):
     return per_source, frequent
 
 
+def export_ctranslate2(args, options):
+    """Exports `args.model` as a CTranslate2 directory (`options`: decoding options);
+    returns it."""
+    given = [flag for flag, unset in SAVED_MODEL_ONLY.items()
+             if getattr(args, flag[2:].replace("-", "_")) != unset]
+    if given:
+        raise ValueError(f"{', '.join(given)} apply to --format saved_model; --format "
+                         "ctranslate2 exports one model, computing as --quantization says.")
+    from tfxformer.serving.ctranslate2_export import export_ctranslate2 as export_ct2
+
+    options = {("batch_size" if k == "max_batch_size" else k): v for k, v in options.items()}
+    return export_ct2(args.model, args.export_dir, quantization=args.quantization,
+                      checkpoint=args.checkpoint, **options)
+
+
 def export(args):
-    """Exports as `args` says; returns the new version dir."""
+    """Exports as `args` says; returns the new version dir (or CTranslate2 directory)."""
+    if args.format == "saved_model" and args.quantization is not None:
+        raise ValueError(f"--quantization {args.quantization} applies to --format ctranslate2; "
+                         "a SavedModel computes in --precision (fp32 or bf16).")
     if args.ensemble is not None and len(args.ensemble) < 2:
         raise ValueError(f"--ensemble needs at least 2 models, got {len(args.ensemble)}: "
                          f"{args.ensemble}; for one model use --model.")
@@ -122,11 +180,14 @@ def export(args):
                          "averaged checkpoint first, else its latest.")
     # Unset decoding flags: a re-exported SavedModel's own (export_saved_model), else the
     # defaults of export_run_dir.
-    decoding = dict(beam_size=args.beam_size, alpha=args.alpha,
+    decoding = dict(beam_size=args.beam_size, alpha=args.alpha, stopping=args.stopping,
+                    length_normalization=args.length_normalization,
                     extra_length=args.extra_length, max_input_tokens=args.max_input_tokens,
                     max_output_tokens=args.max_output_tokens)
     options = {name: value for name, value in decoding.items() if value is not None}
     options.update(max_batch_size=args.batch_size)
+    if args.format == "ctranslate2":
+        return export_ctranslate2(args, options)
     if args.shortlist is None and (args.shortlist_data or args.shortlist_max_pairs):
         raise ValueError("--shortlist-data and --shortlist-max-pairs need --shortlist K,N.")
     if args.shortlist_max_pairs is not None and args.shortlist_max_pairs < 1:
@@ -150,7 +211,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         path = export(args)
-    except (FileNotFoundError, FileExistsError, ValueError) as err:
+    except (FileNotFoundError, FileExistsError, ValueError, ImportError) as err:
         parser.exit(2, f"error: {err}\n")
     print(path)
     return 0

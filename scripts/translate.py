@@ -4,8 +4,15 @@
     python scripts/translate.py --model saved_models/en_de < input.en > output.de
 
 --model is an exported SavedModel (a version dir, or its export dir: the highest version
-is taken) or a trained run dir (config.json, spm.model, checkpoints/). Progress and
-throughput go to stderr.
+is taken), a trained run dir (config.json, spm.model, checkpoints/), or a CTranslate2
+model directory (`scripts/export.py --format ctranslate2`; --compute-type, --threads).
+Progress and throughput go to stderr.
+
+With --sampling-topk K each line gets one translation sampled from the model instead of
+beam search (back-translation, Edunov et al., 2018), reproducible with --seed:
+
+    python scripts/translate.py --model saved_models/en_de --sampling-topk 10 --seed 1 \
+        < mono.de > sampled.en
 """
 
 from __future__ import annotations
@@ -17,29 +24,12 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from tfxformer import cli  # noqa: E402
+
 BUFFER_BATCHES = 16  # lines read ahead, in batches, and sorted by length to batch well
 
 
-def _int_at_least(low):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-        return value
-    return parse
 
-
-def _non_negative_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def parse_args(argv=None):
@@ -48,26 +38,75 @@ def parse_args(argv=None):
                     "line per input line, in order; progress and throughput on stderr.")
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="exported SavedModel version dir, its parent export dir (highest "
-                             "version taken), or a trained run dir with checkpoints")
+                             "version taken), a trained run dir with checkpoints, or a "
+                             "CTranslate2 model directory of scripts/export.py --format "
+                             "ctranslate2")
     from tfxformer.config import DecodingOptions  # plain settings: no TensorFlow yet
 
     defaults = DecodingOptions()
-    parser.add_argument("--beam-size", type=_int_at_least(1), metavar="N",
+    parser.add_argument("--beam-size", type=cli.int_at_least(1), metavar="N",
                         help="beam size, 1 = greedy (default: the export's, else "
                              f"{defaults.beam_size})")
-    parser.add_argument("--alpha", type=_non_negative_float, metavar="A",
+    parser.add_argument("--alpha", type=cli.non_negative_float, metavar="A",
                         help="length penalty exponent α in ((5 + |Y|) / 6)^α, 0 = none "
                              f"(default: the export's, else {defaults.alpha})")
-    parser.add_argument("--batch-size", type=_int_at_least(1), default=defaults.batch_size,
+    parser.add_argument("--batch-size", type=cli.int_at_least(1), default=defaults.batch_size,
                         metavar="N", help="sentences per translation call (default: "
                         "%(default)s)")
-    parser.add_argument("--extra-length", type=_int_at_least(0), metavar="N",
+    parser.add_argument("--extra-length", type=cli.int_at_least(0), metavar="N",
                         help="maximum output length = source tokens + N "
                              f"(default: the export's, else {defaults.extra_length})")
     parser.add_argument("--target-language", metavar="LANG",
                         help="the language a multilingual model translates into (one of "
                              "its target languages, e.g. de; required for such a model)")
-    return parser, parser.parse_args(argv)
+    ct2 = parser.add_argument_group("CTranslate2", "for a CTranslate2 model directory only")
+    ct2.add_argument("--compute-type", metavar="TYPE",
+                     help="CTranslate2's compute type: default (the type its weights were "
+                          "exported in), int8, int8_float32, float32, ... (default: default)")
+    ct2.add_argument("--threads", type=cli.int_at_least(1), metavar="N",
+                     help="batches CTranslate2 decodes at once, one core each (its "
+                          "inter_threads; intra_threads 1) (default: the cores this process "
+                          "may use)")
+    sampling = parser.add_argument_group(
+        "sampling", "one translation per line drawn from the model instead of beam search "
+        "(a SavedModel needs the `translate_sampled` signature: re-export an older one "
+        "with scripts/export.py)")
+    sampling.add_argument("--sampling-topk", type=cli.int_at_least(0), metavar="K",
+                          help="sample each token from the K most probable (e.g. 10); 0 = "
+                               "from the whole vocabulary; 1 = greedy. Not with --beam-size "
+                               "> 1 or --alpha")
+    sampling.add_argument("--sampling-temperature", type=cli.float_in(0.0, float("inf")),
+                          metavar="T", help="divide the logits by T before sampling: < 1 "
+                          f"sharper, > 1 flatter (default: {defaults.sampling_temperature})")
+    sampling.add_argument("--sampling-topp", type=cli.float_in(0.0, 1.0), metavar="P",
+                          help="nucleus sampling: only the most probable tokens whose "
+                               "probabilities reach P (default: "
+                               f"{defaults.sampling_topp}, all)")
+    sampling.add_argument("--seed", type=cli.int_at_least(0), metavar="S",
+                          help="seed of the draws: the same seed, input and --batch-size "
+                               "give the same output (default: a random seed, printed to "
+                               "stderr)")
+    args = parser.parse_args(argv)
+    _check_sampling_flags(parser, args)
+    return parser, args
+
+
+def _check_sampling_flags(parser, args):
+    """Errors for flags that do not go together with (or without) --sampling-topk."""
+    given = [flag for flag, value in (("--sampling-temperature", args.sampling_temperature),
+                                      ("--sampling-topp", args.sampling_topp),
+                                      ("--seed", args.seed)) if value is not None]
+    if args.sampling_topk is None:
+        if given:
+            parser.error(f"{', '.join(given)} need --sampling-topk K (0 = the whole "
+                         "vocabulary, K > 1 = the K most probable tokens)")
+        return
+    if args.beam_size not in (None, 1):
+        parser.error(f"--sampling-topk samples one translation per line: --beam-size must be "
+                     f"1 or left out, got {args.beam_size}")
+    if args.alpha is not None:
+        parser.error("--alpha is beam search's length penalty; it does not apply with "
+                     "--sampling-topk")
 
 
 def translate_stream(translate, lines, batch_size):
@@ -84,16 +123,38 @@ def translate_stream(translate, lines, batch_size):
     yield from translate_in_length_order(translate, buffer, batch_size)
 
 
+def load(args):
+    """The translate function the flags ask for: beam search, or sampling."""
+    from tfxformer.serving.ctranslate2 import is_ctranslate2_dir, load_translate_fn
+
+    if args.sampling_topk is None:  # any model dir, CTranslate2's too
+        return load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
+                                 extra_length=args.extra_length, batch_size=args.batch_size,
+                                 target_language=args.target_language,
+                                 compute_type=args.compute_type, threads=args.threads)
+    if is_ctranslate2_dir(args.model) or args.compute_type or args.threads:
+        raise ValueError("--sampling-topk samples with a SavedModel or run dir; a CTranslate2 "
+                         "model (--compute-type, --threads) translates with beam search.")
+    import random
+
+    from tfxformer.config import DecodingOptions
+    from tfxformer.serving import load_sample_fn
+
+    defaults = DecodingOptions()
+    seed = random.randrange(2**31) if args.seed is None else args.seed
+    return load_sample_fn(
+        args.model, args.sampling_topk,
+        sampling_temperature=args.sampling_temperature or defaults.sampling_temperature,
+        sampling_topp=args.sampling_topp or defaults.sampling_topp, seed=seed,
+        extra_length=args.extra_length, batch_size=args.batch_size,
+        target_language=args.target_language)
+
+
 def main(argv=None):
     parser, args = parse_args(argv)
-    from tfxformer.serving import load_translate_fn
-
     try:
-        translate = load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
-                                      extra_length=args.extra_length,
-                                      batch_size=args.batch_size,
-                                      target_language=args.target_language)
-    except (FileNotFoundError, ValueError) as err:
+        translate = load(args)
+    except (FileNotFoundError, ValueError, ImportError) as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     print(translate.describe(), file=sys.stderr)
     from tqdm import tqdm

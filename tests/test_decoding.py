@@ -134,7 +134,9 @@ def test_forced_logits_yield_the_known_sequence():
     source = tf.constant([[4, 4, 3]])
     greedy = greedy_search(stub.start(source))
     assert _hypotheses(greedy.ids, greedy.lengths) == [[4, 5, 6, 7, EOS_ID]]
-    beam = sequence_beam_search(stub.start(source, beams=3), beam_size=3, alpha=0.6)
+    # the exact rule: "finished" would stop once 3 short hypotheses had ended
+    beam = sequence_beam_search(stub.start(source, beams=3), beam_size=3, alpha=0.6,
+                                stopping="bound")
     assert _hypotheses(beam.ids[:, 0], beam.lengths[:, 0]) == [[4, 5, 6, 7, EOS_ID]]
     expected = 4 * math.log(0.9) / ((5 + 5) / 6) ** 0.6
     np.testing.assert_allclose(beam.scores[0, 0], expected, rtol=1e-5)
@@ -180,7 +182,7 @@ def test_beam_search_stops_early_when_no_alive_hypothesis_can_win():
     the best alive (0.4 · 0.5²) is below the worst finished ([a, EOS], 0.2): stop."""
     stub = BigramStub({BOS_ID: {EOS_ID: 0.6, A: 0.4}, A: {EOS_ID: 0.5, A: 0.5}})
     out = sequence_beam_search(stub.start([[A] * 10 + [EOS_ID]], beams=2), beam_size=2,
-                               alpha=0.0)
+                               alpha=0.0, stopping="bound")
     assert _hypotheses(out.ids[0], out.lengths[0]) == [[EOS_ID], [A, EOS_ID]]
     assert stub.steps == 3  # the limit is 11 + 50 tokens
 
@@ -317,9 +319,10 @@ def test_finished_sentences_leave_the_batch(static_cache, rows):
 
 def test_beam_rows_follow_the_sentences_still_running():
     stub, static = BigramStub(STOPPING, stop_bonus=20.0), BigramStub(STOPPING, stop_bonus=20.0)
-    out = sequence_beam_search(stub.start(STOPS, beams=2), beam_size=2, alpha=0.6)
+    out = sequence_beam_search(stub.start(STOPS, beams=2), beam_size=2, alpha=0.6,
+                               stopping="bound")
     full = sequence_beam_search(static.start(STOPS, beams=2, static_cache=True), beam_size=2,
-                                alpha=0.6, static_cache=True)
+                                alpha=0.6, static_cache=True, stopping="bound")
     np.testing.assert_array_equal(out.ids, full.ids)
     np.testing.assert_allclose(out.scores, full.scores, rtol=1e-6)
     assert _hypotheses(out.ids[:, 0], out.lengths[:, 0]) == [

@@ -227,7 +227,7 @@ def test_ensemble_export_round_trip(members, spm_model, tmp_path):
     version = os.path.join(base, "1")
     loaded = tf.saved_model.load(version)
     assert set(loaded.signatures) == {"serving_default", "translate_per_example",
-                                      "translate_with_options"}
+                                      "translate_with_options", "translate_sampled", "score"}
     expected = Translator(list(members), spm_model, beam_size=2, extra_length=2,
                           max_batch_size=3)(tf.constant(TEXTS))
     served = loaded.signatures["serving_default"](text=tf.constant(TEXTS))

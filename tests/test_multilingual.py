@@ -150,6 +150,30 @@ def test_the_translator_adds_the_tag_that_training_saw(model, spm_model):
         plain.translate(tf.constant(TEXTS), target_language=tf.constant(languages))
 
 
+def test_scoring_and_sampling_read_the_tag_as_translation_does(model, spm_model):
+    """A multilingual translator's `score` and `translate_sampled` give what a plain
+    Translator gives for the tagged sources (the tag before the source, not the target)."""
+    from tfxformer.serving import Translator, make_translator
+
+    translator = make_translator(model, spm_model, LANGUAGES, max_batch_size=3)
+    plain = Translator(model, spm_model, max_batch_size=3)
+    languages, targets = ["fr", "de", "de", "fr"], ["Un chien.", "", "Ein Hund.", "x"]
+    tagged = tf.constant([multilingual.tag_source(lang, text) for lang, text in
+                          zip(languages, TEXTS, strict=True)])
+    scored = translator.score(tf.constant(TEXTS), tf.constant(languages), tf.constant(targets))
+    expected = plain.score(tagged, tf.constant(targets))
+    for key in ("log_prob", "length", "truncated"):
+        np.testing.assert_allclose(scored[key], expected[key], rtol=1e-5)
+    seed = tf.constant(4, tf.int64)  # the non-blank texts: the same rows in both batches
+    sampled = translator.translate_sampled(tf.constant(TEXTS[0::2]),
+                                           tf.constant(languages[0::2]), 5, 1.0, 1.0, 3, seed)
+    expected = plain.translate_sampled(tagged[0::2], 5, 1.0, 1.0, 3, seed)
+    assert _strings(sampled) == _strings(expected)
+    blank = translator.translate_sampled(tf.constant(TEXTS), tf.constant(languages), 5, 1.0,
+                                         1.0, 3, seed)
+    assert _strings(blank)[1::2] == ["", ""]  # blank besides the tag
+
+
 def test_the_script_flag_is_checked():
     from tfxformer.training import TrainConfig
 
@@ -208,7 +232,8 @@ def test_train_export_serve_with_target_language(tagged, tmp_path):
     version = export_run_dir(str(run), base, beam_size=2, extra_length=3)
     assert target_languages_of(base) == LANGUAGES
     loaded = tf.saved_model.load(version)
-    for name in ("serving_default", "translate_with_options", "translate_per_example"):
+    for name in ("serving_default", "translate_with_options", "translate_per_example",
+                 "translate_sampled", "score"):
         assert "target_language" in loaded.signatures[name].structured_input_signature[1]
     french = loaded.signatures["serving_default"](
         text=tf.constant(TEXTS), target_language=tf.constant(["fr"] * len(TEXTS)))

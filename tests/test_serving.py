@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,12 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
-from conftest import SHARED_DATA
+from conftest import (
+    SHARED_DATA,
+    TINY_EXPORT_OPTIONS,
+    TINY_EXPORT_POSITIONS,
+    tiny_export_translator,
+)
 from tensorflow.core.protobuf import saved_model_pb2
 
 from tfxformer import Transformer
@@ -52,22 +58,18 @@ def train_sentencepiece(lines=2000):
 
 
 @pytest.fixture(scope="module")
-def spm_model():
-    return train_sentencepiece()
+def translator(tiny_export, spm_model):
+    """conftest's tiny export in process: an untrained tiny model (MAX_LENGTH positions),
+    beam 3, extra length 4, chunks of 3."""
+    assert (TINY_EXPORT_POSITIONS, TINY_EXPORT_OPTIONS) == (
+        MAX_LENGTH, dict(beam_size=3, extra_length=4, max_batch_size=3))
+    return tiny_export_translator(tiny_export, spm_model)
 
 
 @pytest.fixture(scope="module")
-def translator(spm_model):
-    tf.random.set_seed(3)
-    model = Transformer.from_preset("tiny", vocab_size=320, max_positions=MAX_LENGTH)
-    return Translator(model, spm_model, beam_size=3, extra_length=4, max_batch_size=3)
-
-
-@pytest.fixture(scope="module")
-def export_dir(translator, tmp_path_factory):
-    base = tmp_path_factory.mktemp("saved_models") / "tiny"
-    export_translator(translator, str(base), config={"src": "en", "tgt": "de"})
-    return str(base)
+def export_dir(tiny_export):
+    """The export of `translator` (conftest's tiny export; read-only): its base dir."""
+    return os.path.dirname(tiny_export)
 
 
 def _strings(output):
@@ -110,6 +112,24 @@ def test_translation_is_beam_search_between_python_sentencepiece(translator, spm
     np.testing.assert_allclose(out["score"][0], best.scores[0, 0], rtol=1e-5)
 
 
+def test_translator_fixes_the_stopping_rule_and_length_normalization(translator, spm_model):
+    """Translator(stopping=..., length_normalization=...) decodes as beam_search with them
+    (the score divided by |Y|^α, not lp(Y)) and keeps them in its options (config.json)."""
+    rules = dict(stopping="finished", length_normalization="length")
+    ended = Translator(translator.model, spm_model, beam_size=3, extra_length=4, **rules)
+    assert {k: ended.options.to_dict()[k] for k in rules} == rules
+    processor = spm.SentencePieceProcessor(model_proto=spm_model)
+    text = "Two dogs run on the beach."
+    best = beam_search(translator.model, tf.constant([processor.encode(text) + [EOS_ID]]),
+                       beam_size=3, alpha=0.6, extra_length=4, **rules)
+    ids = best.ids[0, 0, : int(best.lengths[0, 0])].numpy().tolist()
+    out = ended(tf.constant([text]))
+    assert _strings(out) == [processor.decode([i for i in ids if i != EOS_ID])]
+    np.testing.assert_allclose(out["score"][0], best.scores[0, 0], rtol=1e-5)
+    with pytest.raises(ValueError, match="`stopping` must be one of 'bound', 'finished'"):
+        Translator(translator.model, spm_model, stopping="early")
+
+
 def test_options_signature(translator, spm_model):
     processor = spm.SentencePieceProcessor(model_proto=spm_model)
     text = "Two men are playing football."
@@ -134,7 +154,7 @@ def test_bad_constructor_arguments_are_named(spm_model):
         Translator(model, "spm.model")
 
 
-def test_export_layout_versions_and_assets(translator, export_dir):
+def test_export_layout_versions_and_assets(translator, export_dir, tmp_path):
     assert sorted(os.listdir(export_dir)) == ["1"]  # no staging dir left
     version = os.path.join(export_dir, "1")
     assert {"saved_model.pb", "variables", "assets"} <= set(os.listdir(version))
@@ -144,13 +164,11 @@ def test_export_layout_versions_and_assets(translator, export_dir):
         config = json.load(f)
     assert config["src"] == "en" and config["model"]["max_positions"] == MAX_LENGTH
     assert config["decoding"]["beam_size"] == 3 and config["decoding"]["extra_length"] == 4
+    export_dir = str(shutil.copytree(export_dir, tmp_path / "tiny"))  # the shared one stays
     os.makedirs(os.path.join(export_dir, "7"))
-    try:
-        assert next_version(export_dir) == 8
-        with pytest.raises(FileExistsError, match="7"):
-            export_translator(translator, export_dir, version=7)
-    finally:
-        os.rmdir(os.path.join(export_dir, "7"))
+    assert next_version(export_dir) == 8
+    with pytest.raises(FileExistsError, match="7"):
+        export_translator(translator, export_dir, version=7)
 
 
 FRESH_PROCESS = textwrap.dedent("""
@@ -181,11 +199,21 @@ FRESH_PROCESS = textwrap.dedent("""
     per_example = model.signatures["translate_per_example"](  # greedy, the defaults, ...
         text=tf.constant(inputs), beam_size=alternate(1, 3), alpha=alternate(0.0, 0.6),
         extra_length=alternate(2, 4), max_input_tokens=alternate(1000, 1000))
+    scored = model.signatures["score"](text=tf.constant(inputs),
+                                       target=tf.constant(inputs[::-1]))
+    sampled = model.signatures["translate_sampled"](
+        text=tf.constant(inputs), sampling_topk=tf.constant(5),
+        sampling_temperature=tf.constant(1.0), sampling_topp=tf.constant(0.9),
+        extra_length=tf.constant(4), seed=tf.constant(3, tf.int64))
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:  # as TF Serving loads
         meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
         signature = meta.signature_def["serving_default"]
         fetched = session.run(signature.outputs["translation"].name,
                               {signature.inputs["text"].name: inputs})
+        signature = meta.signature_def["score"]
+        fetched_scores = session.run(signature.outputs["log_prob"].name, {
+            signature.inputs["text"].name: inputs,
+            signature.inputs["target"].name: inputs[::-1]})
     print(json.dumps({
         "core": sorted(core), "text": sorted(text), "unknown": sorted(ops - core - text),
         "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
@@ -194,6 +222,9 @@ FRESH_PROCESS = textwrap.dedent("""
         "per_example": [t.decode("utf-8") for t in per_example["translation"].numpy()],
         "truncated": out["truncated"].numpy().tolist(),
         "session": [t.decode("utf-8") for t in fetched],
+        "scored": scored["log_prob"].numpy().tolist(),
+        "session_scored": fetched_scores.tolist(),
+        "sampled": [t.decode("utf-8") for t in sampled["translation"].numpy()],
         "tfxformer_loaded": any(m.startswith("tfxformer") for m in sys.modules
                                 if sys.modules[m] is not None)}))
 """)
@@ -228,6 +259,12 @@ def test_fresh_process_gives_the_in_process_strings(fresh_process, translator):
     greedy, beam = _strings(options), _strings(expected)  # the export's options: 3, 0.6, 4
     assert fresh_process["per_example"] == [(greedy, beam)[i % 2][i]
                                             for i in range(len(ROBUST_INPUTS))]
+    scored = translator.score(tf.constant(ROBUST_INPUTS), tf.constant(ROBUST_INPUTS[::-1]))
+    np.testing.assert_allclose(fresh_process["scored"], scored["log_prob"], rtol=1e-5)
+    np.testing.assert_allclose(fresh_process["session_scored"], scored["log_prob"], rtol=1e-5)
+    sampled = translator.translate_sampled(tf.constant(ROBUST_INPUTS), 5, 1.0, 0.9, 4,
+                                           tf.constant(3, tf.int64))
+    assert fresh_process["sampled"] == _strings(sampled)
 
 
 @pytest.mark.slow
@@ -369,7 +406,9 @@ def test_batchable_signatures_are_batch_major(export_dir):
     assert set(BATCHABLE_SIGNATURES) < set(signatures)
     for name in BATCHABLE_SIGNATURES:
         tensors = {**signatures[name].inputs, **signatures[name].outputs}
-        assert set(signatures[name].outputs) == {"translation", "score", "truncated"}
+        assert set(signatures[name].outputs) == ({
+            "log_prob", "mean_log_prob", "token_log_probs", "length", "truncated"}
+            if name == "score" else {"translation", "score", "truncated"})
         for key, info in tensors.items():
             dims = [d.size for d in info.tensor_shape.dim]
             assert not info.tensor_shape.unknown_rank and dims[:1] == [-1], (name, key, dims)
@@ -378,6 +417,11 @@ def test_batchable_signatures_are_batch_major(export_dir):
     scalars = [k for k, v in signatures["translate_with_options"].inputs.items()
                if not v.tensor_shape.dim]
     assert sorted(scalars) == ["alpha", "beam_size", "extra_length"]  # kept as before
+    assert set(signatures["score"].inputs) == {"text", "target"}
+    scalars = [k for k, v in signatures["translate_sampled"].inputs.items()
+               if not v.tensor_shape.dim]
+    assert sorted(scalars) == ["extra_length", "sampling_temperature", "sampling_topk",
+                               "sampling_topp", "seed"]
 
 
 def test_each_signature_graph_is_saved_once(export_dir):
@@ -387,7 +431,8 @@ def test_each_signature_graph_is_saved_once(export_dir):
     with open(os.path.join(export_dir, "1", "saved_model.pb"), "rb") as f:
         proto.ParseFromString(f.read())
     names = [f.signature.name for f in proto.meta_graphs[0].graph_def.library.function]
-    for traced in ("__call__", "translate_with_options", "translate_per_example"):
+    for traced in ("__call__", "translate_with_options", "translate_per_example",
+                   "translate_sampled", "score"):
         assert len([n for n in names if n.startswith(f"__inference_{traced}_")]) == 1, traced
 
 
@@ -432,7 +477,8 @@ REPLAY = textwrap.dedent("""
                            for k, v in request.inputs.items()},
                 "text": sorted({t.decode() for t in tf.make_ndarray(request.inputs["text"])}),
                 "outputs": {k: list(v.shape) for k, v in out.items()},
-                "translation": [t.decode("utf-8") for t in out["translation"]]})
+                "translation": [t.decode("utf-8") for t in out.get("translation", [])],
+                "length": [int(x) for x in out.get("length", [])]})
     print(json.dumps(records))
 """)
 
@@ -450,6 +496,12 @@ def test_warmup_records_replay_in_a_fresh_process(export_dir):
     for record in records:
         size = record["inputs"]["text"][0]
         assert all(dims == [size] for dims in record["inputs"].values()), record["inputs"]
+        if record["signature"] == "score":  # each text scored as its own target
+            assert record["outputs"].pop("token_log_probs") == [size, max(record["length"])]
+            assert record["outputs"] == {k: [size] for k in ("length", "log_prob",
+                                                             "mean_log_prob", "truncated")}
+            assert (record["length"][-1] == 1) == (size > 1)  # a blank target: EOS alone
+            continue
         assert record["outputs"] == {k: [size] for k in ("score", "translation", "truncated")}
         assert (record["translation"][-1] == "") == (size > 1)  # a blank input in the batch
 

@@ -1,4 +1,4 @@
-"""Checks of integer and number settings, with one wording for their errors.
+"""Checks of integer, number and named-choice settings, with one wording for their errors.
 
 Every setting a user gives as a Python number goes through these, so that a bad value
 always reads the same: "`beam_size` must be an integer >= 1, got 0."
@@ -58,3 +58,15 @@ def _range(minimum, maximum) -> str:
 def _integer_range(minimum, maximum) -> str:
     bounds = _range(minimum, maximum)
     return f"an integer {bounds}" if bounds else "an integer"
+
+
+def choice(value, name: str, accepted: tuple):
+    """`value`, checked to be one of the strings `accepted`.
+
+    Raises:
+        ValueError: naming the setting, the accepted values and the value given.
+    """
+    if not isinstance(value, str) or value not in accepted:
+        raise ValueError(f"`{name}` must be one of {', '.join(map(repr, accepted))}, "
+                         f"got {value!r}.")
+    return value

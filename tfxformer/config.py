@@ -16,7 +16,8 @@ import dataclasses
 from tfxformer import checks
 
 __all__ = [
-    "PRECISION_POLICIES", "PRESETS", "DecodingOptions", "ModelConfig", "get_preset",
+    "DEFAULT_STOPPING", "LENGTH_NORMALIZATIONS", "PRECISION_POLICIES", "PRESETS",
+    "STOPPING_RULES", "DecodingOptions", "ModelConfig", "get_preset",
 ]
 
 # Names that model settings had in files written by earlier versions (run dirs'
@@ -24,6 +25,23 @@ __all__ = [
 _OLD_MODEL_NAMES = {"max_length": "max_positions"}
 _OLD_DECODING_NAMES = {"max_batch_size": "batch_size", "max_input_length": "max_input_tokens"}
 POSITION_EMBEDDINGS = ("sinusoidal", "learned")
+
+# When beam search ends a sentence (DecodingOptions.stopping): "bound", when no alive
+# hypothesis could still beat the worst finished one; "finished", when beam_size
+# hypotheses have finished (CTranslate2, fairseq). DEFAULT_STOPPING is the default of every
+# entry point (DecodingOptions, the searches, the exporter, the scripts): "finished", chosen
+# on Multi30k val with the shipped models (each rule at its best α: EN->DE 41.59 against
+# 41.32, EN->FR 57.97 against 58.12, within two seeds' 0.65) for its ~0.56x steps per
+# sentence (saved_models/*/README.md, bench/README.md).
+STOPPING_RULES = ("bound", "finished")
+DEFAULT_STOPPING = "finished"
+# What a finished hypothesis' log-probability is divided by (length_normalization):
+# "gnmt", ((5 + |Y|) / 6)^α with |Y| counting the EOS (§6.1); "length", |Y|^α without the
+# EOS (CTranslate2's).
+LENGTH_NORMALIZATIONS = ("gnmt", "length")
+# The search settings a stored dict written before they existed ran with (read so, not as
+# today's defaults, so an old export's record stays true if a default changes).
+_DECODING_BEFORE_RULES = {"stopping": "bound", "length_normalization": "gnmt"}
 
 
 def _upgraded(data: dict, old_names: dict, what: str) -> dict:
@@ -164,6 +182,27 @@ class DecodingOptions(_Settings):
         max_input_tokens: source tokens kept per sentence, EOS included; longer ones are
             cut (256).
         max_output_tokens: output tokens per sentence at most, EOS included (256).
+        stopping: when beam search ends a sentence before its limit (`DEFAULT_STOPPING`,
+            "bound"): "bound", once no alive hypothesis, even at the limit's length
+            penalty, could beat the worst of the beam_size finished ones (the n-best list
+            of the full search); "finished", once beam_size hypotheses have finished
+            (CTranslate2, fairseq; Hugging Face's early_stopping=True): fewer steps.
+        length_normalization: what a finished hypothesis' log P(Y | X) is divided by
+            ("gnmt"): "gnmt", ((5 + |Y|) / 6)^α with |Y| counting the EOS (§6.1, GNMT);
+            "length", |Y|^α with |Y| not counting it (CTranslate2's; at least 1).
+        sampling_topk: 1 (greedy, or beam search): the argmax; otherwise the greedy
+            decoder samples each token (Edunov et al., 2018, back-translation): K > 1 from
+            the K most probable tokens, 0 from the whole vocabulary (OpenNMT-tf's
+            `sampling_topk`). Needs beam_size 1: sampling replaces beam search.
+        sampling_temperature: the logits are divided by it before sampling (1.0; > 0:
+            below 1 sharpens the distribution, above 1 flattens it).
+        sampling_topp: nucleus sampling (Holtzman et al., 2020): only the most probable
+            tokens whose probabilities sum to at least p are kept, after temperature
+            and top-k (1.0: all; in (0, 1]). Temperature and top-p apply only when
+            sampling (`sampling_topk` != 1).
+
+    An export fixes `stopping` and `length_normalization` in its graph; a stored dict
+    without them (written before they existed) reads as "bound" and "gnmt", what it ran.
 
     Sentence-level MT: the longest newstest2014 sentence is 134 (EN) / 153 (DE) pieces
     even under the shipped 8k caption vocabulary, which over-segments news text; longer
@@ -180,6 +219,11 @@ class DecodingOptions(_Settings):
     batch_size: int = 64
     max_input_tokens: int = 256
     max_output_tokens: int = 256
+    stopping: str = DEFAULT_STOPPING
+    length_normalization: str = "gnmt"
+    sampling_topk: int = 1
+    sampling_temperature: float = 1.0
+    sampling_topp: float = 1.0
 
     _old_names = _OLD_DECODING_NAMES
 
@@ -195,7 +239,54 @@ class DecodingOptions(_Settings):
         # α >= 0 makes the length penalty non-decreasing in |Y|, which beam search's early
         # stop relies on.
         object.__setattr__(self, "alpha", checks.number(self.alpha, "alpha", 0.0))
+        checks.choice(self.stopping, "stopping", STOPPING_RULES)
+        checks.choice(self.length_normalization, "length_normalization",
+                      LENGTH_NORMALIZATIONS)
+        self._validate_sampling()
         return self
+
+    def _validate_sampling(self):
+        """Checks the sampling options and that they fit the rest (see the class doc)."""
+        object.__setattr__(self, "sampling_topk",
+                           checks.integer(self.sampling_topk, "sampling_topk", 0))
+        temperature = checks.number(self.sampling_temperature, "sampling_temperature", 0.0)
+        if temperature == 0.0:
+            raise ValueError("`sampling_temperature` must be a number > 0, got "
+                             f"{self.sampling_temperature!r} (sampling_topk 1 is greedy).")
+        object.__setattr__(self, "sampling_temperature", temperature)
+        topp = checks.number(self.sampling_topp, "sampling_topp", 0.0, 1.0)
+        if topp == 0.0:
+            raise ValueError(f"`sampling_topp` must be a number in (0, 1], got "
+                             f"{self.sampling_topp!r}.")
+        object.__setattr__(self, "sampling_topp", topp)
+        if self.sampling and self.beam_size != 1:
+            raise ValueError(f"`sampling_topk` {self.sampling_topk} samples one hypothesis "
+                             f"per sentence: it needs `beam_size` 1, got {self.beam_size}.")
+        if not self.sampling and (temperature != 1.0 or topp != 1.0):
+            raise ValueError(
+                f"`sampling_temperature` {temperature} and `sampling_topp` {topp} apply "
+                "when sampling: set `sampling_topk` (0 = the whole vocabulary, K > 1 = "
+                "the K most probable tokens); `sampling_topk` 1 is greedy.")
+
+    @property
+    def sampling(self) -> bool:
+        """Whether these options sample tokens (`sampling_topk` != 1)."""
+        return self.sampling_topk != 1
+
+    def sampling_options(self) -> dict:
+        """The three sampling options (sampling_topk, sampling_temperature, sampling_topp)."""
+        return dict(sampling_topk=self.sampling_topk,
+                    sampling_temperature=self.sampling_temperature,
+                    sampling_topp=self.sampling_topp)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DecodingOptions:
+        """The options of `data` (see :meth:`upgrade`); missing ones take their defaults,
+        but a dict without `stopping` / `length_normalization` was written before they
+        existed and reads as the rules it ran ("bound", "gnmt")."""
+        if isinstance(data, cls):
+            return data
+        return cls(**{**_DECODING_BEFORE_RULES, **cls.upgrade(data)})
 
     def search_options(self) -> dict:
         """The three options a translation call takes (beam_size, alpha, extra_length)."""

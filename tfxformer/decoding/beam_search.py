@@ -3,7 +3,16 @@
 §6.1: "we used beam search with a beam size of 4 and length penalty α = 0.6 ... We set
 the maximum output length during inference to input length + 50, but terminate early
 when possible." The length penalty is GNMT's, lp(Y) = ((5 + |Y|) / 6)^α, and a finished
-hypothesis scores log P(Y | X) / lp(Y), where |Y| counts the EOS (as tensor2tensor).
+hypothesis scores log P(Y | X) / lp(Y), where |Y| counts the EOS (as tensor2tensor);
+`length_normalization="length"` divides by |Y|^α instead, |Y| without the EOS
+(CTranslate2's `finalize_hypothesis_score`).
+
+When to "terminate early" (`stopping`, :data:`tfxformer.config.STOPPING_RULES`): "bound"
+ends a sentence once no alive hypothesis, even at the length penalty of its limit, could
+beat the worst of its beam_size finished ones, so the n-best list is the full search's;
+"finished" ends it once beam_size hypotheses have finished (CTranslate2's
+`BeamSearch::search` with a length penalty, fairseq, Hugging Face's early_stopping=True),
+which takes fewer steps and may keep a different n-best list.
 
 Layout (as tensor2tensor's beam search): per sentence, `alive` keeps the beam_size best
 hypotheses that have not ended and `finished` the beam_size best that have (by EOS or by
@@ -26,6 +35,7 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from tfxformer import checks
+from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES
 from tfxformer.decoding import common, topk
 from tfxformer.decoding.common import NEG_INF, DecodeStart
 from tfxformer.decoding.ensemble import decoder
@@ -36,11 +46,13 @@ from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 class BeamSearchOutput(NamedTuple):
     """N-best lists, best first: ids (B, K, L) int32 (EOS then PAD 0 after each
     hypothesis), lengths (B, K) tokens including the EOS, scores (B, K) float32
-    log P(Y | X) / lp(Y)."""
+    log P(Y | X) / lp(Y); steps (B,) int32 the decoder steps each sentence ran (it left
+    the batch after them; with a static cache every sentence runs the loop's steps)."""
 
     ids: tf.Tensor
     lengths: tf.Tensor
     scores: tf.Tensor
+    steps: tf.Tensor
 
 
 class _BeamState(NamedTuple):
@@ -61,6 +73,25 @@ class _BeamState(NamedTuple):
 def length_penalty(length, alpha):
     """GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016; §6.1), float32."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
+
+
+def length_normalizer(tokens, alpha, length_normalization="gnmt", ends_with_eos=False):
+    """What the log-probability of a hypothesis of `tokens` tokens (a final EOS included
+    if `ends_with_eos`, bool, broadcast) is divided by, float32: "gnmt", lp(Y) of
+    :func:`length_penalty` (|Y| = `tokens`); "length", |Y|^α with |Y| = `tokens` without
+    the EOS, as CTranslate2's `finalize_hypothesis_score` (the empty output counts 1, where
+    CTranslate2 divides by 0). Both are non-decreasing in `tokens` for α >= 0."""
+    checks.choice(length_normalization, "length_normalization", LENGTH_NORMALIZATIONS)
+    if length_normalization == "gnmt":
+        return length_penalty(tokens, alpha)
+    length = tf.cast(tokens, tf.float32) - tf.cast(ends_with_eos, tf.float32)
+    return tf.pow(tf.maximum(length, 1.0), tf.cast(alpha, tf.float32))
+
+
+def _check_rules(stopping, length_normalization):
+    """The two rules, checked (ValueError naming the bad one and the accepted values)."""
+    return (checks.choice(stopping, "stopping", STOPPING_RULES),
+            checks.choice(length_normalization, "length_normalization", LENGTH_NORMALIZATIONS))
 
 
 def _check_options(beam_size, alpha):
@@ -96,15 +127,18 @@ def top_extensions(logits, alive_log_probs, count, pad_id=PAD_ID, bos_id=BOS_ID)
 
 def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size,
                          alpha=common.DEFAULTS.alpha, eos_id=EOS_ID, pad_id=PAD_ID,
-                         bos_id=BOS_ID, static_cache=False):
+                         bos_id=BOS_ID, static_cache=False, *,
+                         stopping=common.DEFAULTS.stopping,
+                         length_normalization=common.DEFAULTS.length_normalization):
     """Beam search with the GNMT length penalty on a step function (§6.1).
 
     Runs inside one `tf.while_loop` (graph-safe; with `static_cache=True` and a Python
     `beam_size` XLA-compatible). Logits are normalized with a float32 log_softmax; PAD
-    and BOS are never generated. A sentence is done when it reaches its limit, or when
-    its best alive hypothesis, even at its longest length (the best lp for α >= 0),
-    cannot beat the worst of beam_size finished ones, so the n-best list is the one of
-    the full search. Without `static_cache` a done sentence leaves the batch (see
+    and BOS are never generated. A sentence is done when it reaches its limit, or by the
+    `stopping` rule: "bound", when its best alive hypothesis, even at its longest length
+    (the largest normalizer for α >= 0), cannot beat the worst of beam_size finished ones,
+    so the n-best list is the one of the full search; "finished", when beam_size
+    hypotheses have finished. Without `static_cache` a done sentence leaves the batch (see
     :mod:`common`); the loop stops when every sentence is done.
 
     Args:
@@ -116,39 +150,51 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
         pad_id: written after a hypothesis' end; bos_id: the first decoder input.
         static_cache: the step function keeps every shape fixed (XLA); sentences then
             stay in the batch until all are done.
+        stopping: "bound" or "finished" (above; :data:`tfxformer.config.DEFAULT_STOPPING`).
+        length_normalization: "gnmt" (lp(Y), §6.1) or "length" (|Y|^α without the EOS):
+            :func:`length_normalizer`.
 
     Returns:
-        :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K)).
+        :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K),
+        steps (B,)).
     """
     beam_size, alpha = _check_options(beam_size, alpha)
     search = BeamSearchLoop(start.step_fn, beam_size, alpha,
-                            common.check_ids(eos_id, pad_id, bos_id), pad_id, bos_id)
+                            common.check_ids(eos_id, pad_id, bos_id), pad_id, bos_id,
+                            stopping, length_normalization)
     batch = tf.shape(start.limits)[0]
     state = search.initial_state(start)
     out = (tf.fill([batch, beam_size, start.output_columns], pad_id),
-           tf.fill([batch, beam_size], NEG_INF))
+           tf.fill([batch, beam_size], NEG_INF), tf.zeros([batch], tf.int32))
 
-    def body(state, out_ids, out_scores):
+    def body(state, out_ids, out_scores, out_steps):
         state = search.step(state)
         if static_cache:
-            return state, out_ids, out_scores
+            return state, out_ids, out_scores, out_steps
         done = search.done(state)
-        return tf.cond(tf.reduce_any(done),
-                       lambda: search.leave(state, done, out_ids, out_scores),
-                       lambda: (state, out_ids, out_scores))
 
-    def cond(state, out_ids, out_scores):
+        def leave():
+            gone = tf.boolean_mask(state.rows, done)
+            steps = common.scatter_rows(out_steps, gone, tf.fill(tf.shape(gone), state.i))
+            return (*search.leave(state, done, out_ids, out_scores), steps)
+
+        return tf.cond(tf.reduce_any(done), leave,
+                       lambda: (state, out_ids, out_scores, out_steps))
+
+    def cond(state, *_):
         return (state.i < start.output_columns) & ~tf.reduce_all(search.done(state))
 
-    invariants = (common.loop_invariants(state, static_cache), out[0].shape, out[1].shape)
-    state, out_ids, out_scores = tf.while_loop(cond, body, (state, *out),
-                                               shape_invariants=invariants)
+    invariants = (common.loop_invariants(state, static_cache), *(t.shape for t in out))
+    state, out_ids, out_scores, out_steps = tf.while_loop(cond, body, (state, *out),
+                                                          shape_invariants=invariants)
     # Sentences still in the batch (all of them with a static cache).
     ids, scores = search.result(state)
     out_ids = common.scatter_rows(out_ids, state.rows, ids)
     out_scores = common.scatter_rows(out_scores, state.rows, scores)
+    out_steps = common.scatter_rows(out_steps, state.rows, tf.fill(tf.shape(state.rows),
+                                                                   state.i))
     lengths = tf.reduce_sum(tf.cast(out_ids != pad_id, tf.int32), axis=-1)
-    return BeamSearchOutput(out_ids, lengths, out_scores)
+    return BeamSearchOutput(out_ids, lengths, out_scores, out_steps)
 
 
 def _gather(x, index):
@@ -158,16 +204,25 @@ def _gather(x, index):
 
 class BeamSearchLoop:
     """The loop pieces of :func:`sequence_beam_search` on its state (`initial_state`,
-    `step`, `done`, `result`, `leave`), for a driver of one's own: the study
-    bench/studies/xla_segments.py runs them in XLA-compiled segments.
+    `step`, `done`, `result`, `leave`), for a driver of one's own: a study ran them in
+    XLA-compiled segments (bench/README.md, "Studies": `git show
+    677cc7a:bench/studies/xla_segments.py`).
 
     Args: the step function, K, α, and the end, pad and first ids (`eos_id` as
-    :func:`tfxformer.decoding.common.check_ids` returns it: -1 for none).
+    :func:`tfxformer.decoding.common.check_ids` returns it: -1 for none); the `stopping`
+    rule and the `length_normalization` (see :func:`sequence_beam_search`).
     """
 
-    def __init__(self, step_fn, beam_size, alpha, eos_id, pad_id, bos_id):
+    def __init__(self, step_fn, beam_size, alpha, eos_id, pad_id, bos_id,
+                 stopping=common.DEFAULTS.stopping,
+                 length_normalization=common.DEFAULTS.length_normalization):
         self.step_fn, self.beam_size, self.alpha = step_fn, beam_size, alpha
         self.eos_id, self.pad_id, self.bos_id = eos_id, pad_id, bos_id
+        self.stopping, self.length_normalization = _check_rules(stopping,
+                                                                length_normalization)
+
+    def _normalizer(self, tokens, ends_with_eos=False):
+        return length_normalizer(tokens, self.alpha, self.length_normalization, ends_with_eos)
 
     def initial_state(self, start):
         k, batch = self.beam_size, tf.shape(start.limits)[0]
@@ -183,11 +238,15 @@ class BeamSearchLoop:
             context=start.context)
 
     def done(self, state):
-        """(B',) bool: at its limit, or no alive hypothesis could still win (§6.1)."""
-        best_alive = state.alive_log_probs[:, 0] / length_penalty(state.limits, self.alpha)
-        worst_finished = tf.reduce_min(state.finished_scores, axis=1)
-        bound_met = tf.reduce_all(state.finished_flags, axis=1) & (worst_finished > best_alive)
-        return bound_met | (state.i >= state.limits)
+        """(B',) bool: at its limit, or done by the stopping rule: "bound", K hypotheses
+        finished and no alive one could still beat the worst of them (§6.1); "finished",
+        K hypotheses finished."""
+        full = tf.reduce_all(state.finished_flags, axis=1)
+        if self.stopping == "bound":
+            # The largest normalizer an alive hypothesis may reach: at its limit, no EOS.
+            best_alive = state.alive_log_probs[:, 0] / self._normalizer(state.limits)
+            full &= tf.reduce_min(state.finished_scores, axis=1) > best_alive
+        return full | (state.i >= state.limits)
 
     def step(self, state):
         i, k = state.i, self.beam_size
@@ -203,7 +262,8 @@ class BeamSearchLoop:
         batch = tf.shape(alive)[0]
         rows = tf.reshape(_gather(beams, alive) + tf.range(batch)[:, None] * k, [-1])
 
-        scores = tf.where(ended_real, log_probs / length_penalty(i + 1, self.alpha), NEG_INF)
+        normalizer = self._normalizer(i + 1, tf.equal(tokens, self.eos_id))
+        scores = tf.where(ended_real, log_probs / normalizer, NEG_INF)
         scores = tf.concat([state.finished_scores, scores], axis=1)  # (B', 3K)
         scores, best = tf.math.top_k(scores, k=k)
         return state._replace(
@@ -227,7 +287,7 @@ class BeamSearchLoop:
         """(ids (B', K, L), scores (B', K)): finished hypotheses, best first; the alive
         ones for a sentence with none."""
         any_finished = tf.reduce_any(state.finished_flags, axis=1)
-        alive_scores = state.alive_log_probs / length_penalty(state.i, self.alpha)
+        alive_scores = state.alive_log_probs / self._normalizer(state.i)
         seq = tf.where(any_finished[:, None, None], state.finished_seq, state.alive_seq)
         scores = tf.where(any_finished[:, None], state.finished_scores, alive_scores)
         return seq[:, :, 1:], scores
@@ -248,7 +308,9 @@ class BeamSearchLoop:
 
 def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
                 alpha=common.DEFAULTS.alpha, extra_length=common.DEFAULTS.extra_length,
-                max_output_length=None, static_cache=False, *, eos_id=EOS_ID, shortlist=None):
+                max_output_length=None, static_cache=False, *, eos_id=EOS_ID, shortlist=None,
+                stopping=common.DEFAULTS.stopping,
+                length_normalization=common.DEFAULTS.length_normalization):
     """Translates a batch with beam search and the GNMT length penalty (§6.1).
 
     :func:`transformer_decoder` (encode once; the key/value cache), or for several models
@@ -274,9 +336,15 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
             with the specials 0..3 (:func:`tfxformer.decoding.shortlist.shortlist_ids`):
             logits, softmax and top-k over those tokens only; the output ids are
             vocabulary ids, and the scores are normalized over the shortlist.
+        stopping: when a sentence ends before its limit: "bound" (the default,
+            :data:`tfxformer.config.DEFAULT_STOPPING`: once no alive hypothesis could
+            still win) or "finished" (once K hypotheses have finished, as CTranslate2).
+        length_normalization: "gnmt" (default; ((5 + |Y|) / 6)^α, |Y| with the EOS) or
+            "length" (|Y|^α, |Y| without the EOS, as CTranslate2).
 
     Returns:
-        :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K)).
+        :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K),
+        steps (B,)).
 
     Example:
     >>> model = Transformer.from_preset("tiny", vocab_size=50)
@@ -285,11 +353,13 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
     (TensorShape([1, 2]), TensorShape([1, 2]))
     """
     beam_size, alpha = _check_options(beam_size, alpha)
+    _check_rules(stopping, length_normalization)
     shortlist = common.shortlist_tensor(shortlist, eos_id)
     start = decoder(model, source_ids, beam_size, extra_length, max_output_length,
                     static_cache, shortlist)
     out = sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,
-                               static_cache=static_cache)
+                               static_cache=static_cache, stopping=stopping,
+                               length_normalization=length_normalization)
     if shortlist is None:
         return out
     return out._replace(ids=to_vocabulary(out.ids, shortlist))

@@ -12,6 +12,7 @@ import tensorflow as tf
 from tfxformer.decoding import common
 from tfxformer.decoding.common import DEFAULTS, DecodeStart
 from tfxformer.decoding.ensemble import decoder
+from tfxformer.decoding.sampling import Sampler, make_sampler
 from tfxformer.decoding.shortlist import to_vocabulary
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
@@ -40,8 +41,9 @@ class _GreedyState(NamedTuple):
 
 
 def greedy_search(start: DecodeStart, eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_ID,
-                  static_cache=False):
-    """Greedy decoding: the most probable token at every step, on a step function.
+                  static_cache=False, sampler: Sampler | None = None):
+    """Greedy decoding: the most probable token at every step, on a step function; with
+    a `sampler`, a token drawn from the model's distribution instead.
 
     One `start.step_fn` call per token inside one `tf.while_loop` (graph-safe; with
     `static_cache=True` XLA-compatible). The decoder starts from `bos_id`; a sentence
@@ -54,9 +56,13 @@ def greedy_search(start: DecodeStart, eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_I
         pad_id: written after a sentence's end; bos_id: the first decoder input.
         static_cache: the step function keeps every shape fixed (XLA); sentences then
             stay in the batch until all are done.
+        sampler: None (the argmax), or a :class:`tfxformer.decoding.sampling.Sampler`
+            (:func:`~tfxformer.decoding.sampling.make_sampler`): each token is drawn
+            with temperature, top-k and top-p, reproducibly per seed.
 
     Returns:
-        :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,).
+        :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,); a score is the
+        model's log P(Y | X) of the output (sampled or not: no temperature, no top-k).
     """
     eos = common.check_ids(eos_id, pad_id, bos_id)
     batch = tf.shape(start.limits)[0]
@@ -66,7 +72,10 @@ def greedy_search(start: DecodeStart, eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_I
         logits, cache = start.step_fn(state.tokens[:, None], state.i, state.cache,
                                       state.context)
         log_probs = common.next_token_log_probs(logits, pad_id, bos_id)  # (B', V)
-        token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        if sampler is None:
+            token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        else:
+            token = sampler.tokens(log_probs, state.i)
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)
         token = tf.where(state.finished, pad_id, token)
         finished = state.finished | tf.equal(token, eos) | (state.i + 1 >= state.limits)
@@ -112,8 +121,11 @@ def _leave(state, out_ids, out_scores):
 
 def greedy_decode(model, source_ids, extra_length=DEFAULTS.extra_length,
                   max_output_length=None, static_cache=False, *, eos_id=EOS_ID,
-                  shortlist=None):
-    """Greedy decoding of a Transformer with its key/value cache (§6.1 limits).
+                  shortlist=None, sampling_topk=DEFAULTS.sampling_topk,
+                  sampling_temperature=DEFAULTS.sampling_temperature,
+                  sampling_topp=DEFAULTS.sampling_topp, seed=None):
+    """Greedy decoding of a Transformer with its key/value cache (§6.1 limits), or
+    sampling (`sampling_topk` != 1: :mod:`tfxformer.decoding.sampling`).
 
     A sentence stops at EOS or at its length limit (source length + `extra_length`, at
     most the model's positions and `max_output_length`, §6.1); the loop stops when every
@@ -135,14 +147,25 @@ def greedy_decode(model, source_ids, extra_length=DEFAULTS.extra_length,
         shortlist: None (the full vocabulary), or (V',) sorted vocabulary ids starting
             with the specials 0..3 (:func:`tfxformer.decoding.shortlist.shortlist_ids`):
             the argmax over those tokens only; the output ids are vocabulary ids.
+        sampling_topk: 1 (default): the argmax; K > 1: each token drawn from the K most
+            probable; 0: from the whole vocabulary (an ensemble's: from its averaged
+            probabilities). Python numbers or scalar tensors, as the next two.
+        sampling_temperature: divides the log-probabilities before sampling (> 0; 1.0).
+        sampling_topp: keeps the most probable tokens up to this mass (in (0, 1]; 1.0).
+        seed: with sampling, required: an int or integer scalar tensor (or a (2,)
+            stateless key); the same seed and `source_ids` give the same tokens.
 
     Returns:
-        :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,).
+        :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,) (log P(Y | X)).
+
+    Raises:
+        ValueError: a bad sampling option, or sampling without a seed.
     """
+    sampler = make_sampler(sampling_topk, sampling_temperature, sampling_topp, seed)
     shortlist = common.shortlist_tensor(shortlist, eos_id)
     start = decoder(model, source_ids, 1, extra_length, max_output_length, static_cache,
                     shortlist)
-    out = greedy_search(start, eos_id=eos_id, static_cache=static_cache)
+    out = greedy_search(start, eos_id=eos_id, static_cache=static_cache, sampler=sampler)
     if shortlist is None:
         return out
     return out._replace(ids=to_vocabulary(out.ids, shortlist))

@@ -1,11 +1,21 @@
 """Export a :class:`Translator` as a SavedModel for TF Serving (`<export-dir>/<version>/`).
 
-Signatures (every output (N,): translation tf.string, score float32, truncated bool):
+Signatures (the translate ones output (N,) translation tf.string, score float32,
+truncated bool):
     serving_default: text (tf.string, [None]); the decoding options fixed at export time.
     translate_per_example: text, beam_size (int32 [None]), alpha (float32 [None]),
         extra_length (int32 [None]), max_input_tokens (int32 [None]): one value per text.
     translate_with_options: text, beam_size (int32 []), alpha (float32 []),
         extra_length (int32 []); scalar inputs, so not batchable by TF Serving.
+    translate_sampled: text, sampling_topk (int32 []), sampling_temperature (float32 []),
+        sampling_topp (float32 []), extra_length (int32 []), seed (int64 []): a sampled
+        translation per text; scalar inputs, not batchable.
+    score: text, target (tf.string, [None] each) -> log_prob, mean_log_prob (float32
+        (N,)), token_log_probs (float32 (N, T)), length (int32 (N,)), truncated (bool):
+        log P(target | text), teacher-forced (:meth:`Translator.score_pairs`).
+A multilingual export's signatures take `target_language` (tf.string, [None]) too.
+Beam search's stopping rule and length normalization (`stopping`, `length_normalization`
+of :class:`tfxformer.config.DecodingOptions`) are fixed at export for every signature.
 Assets: `spm.model` (SentencePiece) and `config.json` (run config + decoding options,
 `precision`, and `shortlist`: how the vocabulary shortlist table was built, or null);
 `assets.extra/`: `tf_serving_warmup_requests` and an example `batching_parameters.txt`
@@ -36,12 +46,12 @@ import tempfile
 
 import tensorflow as tf
 
-from tfxformer import checks, pretrained, rundir
+from tfxformer import checks, locate, pretrained, rundir
 from tfxformer.config import PRECISION_POLICIES
 from tfxformer.decoding.shortlist import build_shortlist_table
-from tfxformer.pretrained import load_saved_model_weights
-from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord, load_model
-from tfxformer.serving.loading import saved_model_versions
+from tfxformer.locate import saved_model_versions
+from tfxformer.models.transformer import Transformer
+from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 from tfxformer.serving.translator import make_translator
 from tfxformer.serving.warmup import (
     warmup_requests,
@@ -146,12 +156,15 @@ def _save(translator, path, sources, config):
     root = tf.Module(name="translator")
     signatures = {name: getattr(translator, attr).get_concrete_function() for name, attr in (
         ("serving_default", "__call__"), ("translate_per_example", "translate_per_example"),
-        ("translate_with_options", "translate_with_options"))}
+        ("translate_with_options", "translate_with_options"),
+        ("translate_sampled", "translate_sampled"), ("score", "score"))}
     # The concrete functions themselves, not the tf.functions: a tf.function on the root
     # is traced again in the saver's context, and the SavedModel would hold each graph twice.
     root.translate = signatures["serving_default"]
     root.translate_with_options = signatures["translate_with_options"]
     root.translate_per_example = signatures["translate_per_example"]
+    root.translate_sampled = signatures["translate_sampled"]
+    root.score = signatures["score"]
     captured = {}
     for function in signatures.values():
         captured.update((id(v), v) for v in function.variables)
@@ -171,18 +184,20 @@ def _save(translator, path, sources, config):
 
 def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra_length=None,
                     max_batch_size=None, max_input_tokens=None, max_output_tokens=None,
-                    shortlist=None):
+                    shortlist=None, stopping=None, length_normalization=None):
     """A :class:`Translator` whose unset limits default to the run's training length
     filter (`record.max_length` of the :class:`RunRecord`: the model never saw a longer
     source nor produced a longer target) and whose other unset options (None) are
     :class:`tfxformer.config.DecodingOptions`' (`shortlist`: a
-    :class:`tfxformer.decoding.ShortlistTable` or None)."""
+    :class:`tfxformer.decoding.ShortlistTable` or None; `stopping` and
+    `length_normalization`: beam search's rules, fixed in the graph)."""
     trained = record.max_length
     return make_translator(model, spm_bytes, record.target_languages, beam_size=beam_size,
                            alpha=alpha, extra_length=extra_length,
                            max_batch_size=max_batch_size,
                            max_input_tokens=max_input_tokens or trained,
-                           max_output_tokens=max_output_tokens or trained, shortlist=shortlist)
+                           max_output_tokens=max_output_tokens or trained, shortlist=shortlist,
+                           stopping=stopping, length_normalization=length_normalization)
 
 
 def _id_pairs(sp, pairs, max_pairs):
@@ -269,25 +284,30 @@ def _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data, max_pair
 def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_length=None,
                    max_batch_size=None, checkpoint=None, version=None, precision="fp32",
                    max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
-                   shortlist=None, shortlist_data=None, shortlist_max_pairs=None):
-    """Loads a trained run dir (:func:`tfxformer.rundir.load_model`) and exports its translator
-    (`precision` "bf16": computes in bfloat16, float32 weights). The input and output
-    limits default to the run's training `max_length` (:func:`_make_translator`), else
+                   shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
+                   stopping=None, length_normalization=None):
+    """Loads a trained run dir (:func:`tfxformer.pretrained.load_run_dir`) and exports its
+    translator (`precision` "bf16": computes in bfloat16, float32 weights). The input and
+    output limits default to the run's training `max_length` (:func:`_make_translator`), else
     256 tokens each; both are capped by the model's positions. `shortlist` (K, N): a
     vocabulary shortlist built from the run's training data (or `shortlist_data`, its
-    first `shortlist_max_pairs` pairs), :func:`shortlist_from_data`; default off."""
-    model, record, spm_bytes = load_model(model_dir, checkpoint, precision=precision)
+    first `shortlist_max_pairs` pairs), :func:`shortlist_from_data`; default off.
+    `stopping` / `length_normalization`: beam search's rules (None: DecodingOptions'),
+    fixed in the graph and recorded in config.json."""
+    model, record, spm_bytes = pretrained.load_run_dir(Transformer, model_dir, checkpoint,
+                                                       precision=precision)
     table = _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
     translator = _make_translator(model, record, spm_bytes, beam_size, alpha, extra_length,
-                                 max_batch_size, max_input_tokens, max_output_tokens, table)
+                                 max_batch_size, max_input_tokens, max_output_tokens, table,
+                                 stopping, length_normalization)
     return export_translator(translator, export_dir, config=record, version=version,
                              num_batch_threads=num_batch_threads)
 
 
 # Decoding options a re-export takes from its source SavedModel unless given.
 _INHERITED_OPTIONS = ("beam_size", "alpha", "extra_length", "max_input_tokens",
-                     "max_output_tokens")
+                     "max_output_tokens", "stopping", "length_normalization")
 
 
 def _with_source_options(record, options):
@@ -304,12 +324,15 @@ def _with_source_options(record, options):
 def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
                        num_batch_threads=None, shortlist=None, shortlist_data=None,
                        shortlist_max_pairs=None, **options):
-    """Re-exports a SavedModel of this package (:func:`load_saved_model_weights`) with
+    """Re-exports a SavedModel of this package
+    (:func:`tfxformer.pretrained.load_saved_model_weights`) with
     today's code, at `precision`, with a `shortlist` (K, N) built from `shortlist_data`
     (default: the training data its config asset names) or none; `options` as
-    :func:`_make_translator`'s. Beam size, α, extra length and token limits not given
-    (or None) are the source's (its config asset's `decoding`)."""
-    model, record, spm_bytes = load_saved_model_weights(version_dir, precision=precision)
+    :func:`_make_translator`'s. Beam size, α, extra length, token limits, stopping rule
+    and length normalization not given (or None) are the source's (its config asset's
+    `decoding`; an asset without the two rules ran "bound" and "gnmt")."""
+    model, record, spm_bytes = pretrained.load_saved_model_weights(Transformer, version_dir,
+                                                                   precision=precision)
     options = _with_source_options(record, options)
     table = _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
@@ -319,7 +342,7 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
 
 
 def _member_record(source):
-    """The :class:`RunRecord` of a trained model (a :class:`tfxformer.pretrained.Source`):
+    """The :class:`RunRecord` of a trained model (a :class:`tfxformer.locate.Source`):
     its run dir's config.json, its SavedModel's config asset, or a preset dir's model."""
     if source.kind == "run_dir":
         return RunRecord.from_dict(rundir.read_config(source.path))
@@ -358,7 +381,8 @@ def _check_vocabularies(paths, sources):
 def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_length=None,
                     max_batch_size=None, version=None, precision="fp32",
                     max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
-                    shortlist=None, shortlist_data=None, shortlist_max_pairs=None):
+                    shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
+                    stopping=None, length_normalization=None):
     """Exports one SavedModel that decodes with every model of `member_paths` at once:
     beam search on their averaged probabilities (:mod:`tfxformer.decoding.ensemble`).
 
@@ -381,13 +405,14 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
         raise ValueError(f"An ensemble needs at least 2 models, got {len(paths)}: {paths}.")
     if precision not in PRECISION_POLICIES:
         raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
-    sources = [pretrained.resolve(p) for p in paths]
+    sources = [locate.resolve(p) for p in paths]
     spm_bytes = _check_vocabularies(paths, sources)
     dtype = {} if precision == "fp32" else {"dtype": PRECISION_POLICIES[precision]}
-    models = [pretrained.load_model(p, **dtype) for p in paths]
+    models = [pretrained.load_model(Transformer, p, **dtype) for p in paths]
     record = _member_record(sources[0])
     options = _with_source_options(record, dict(
-        beam_size=beam_size, alpha=alpha, extra_length=extra_length,
+        beam_size=beam_size, alpha=alpha, extra_length=extra_length, stopping=stopping,
+        length_normalization=length_normalization,
         max_batch_size=max_batch_size, max_input_tokens=max_input_tokens,
         max_output_tokens=max_output_tokens))
     table = _shortlist_for(record, spm_bytes, models[0], shortlist, shortlist_data,

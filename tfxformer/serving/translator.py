@@ -10,8 +10,10 @@ import tensorflow as tf
 from tfxformer import multilingual
 from tfxformer.config import DecodingOptions
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
-from tfxformer.decoding import beam_search
+from tfxformer.decoding import beam_search, greedy_decode
 from tfxformer.decoding.ensemble import check_members, members
+from tfxformer.decoding.sampling import fold_seed, seed_key
+from tfxformer.decoding.scoring import score_ragged
 from tfxformer.decoding.shortlist import check_table, shortlist_ids
 from tfxformer.ids import EOS_ID
 
@@ -30,6 +32,12 @@ _EXAMPLE_OPTION_SPECS = (tf.TensorSpec([None], tf.int32, name="beam_size"),
                         tf.TensorSpec([None], tf.float32, name="alpha"),
                         tf.TensorSpec([None], tf.int32, name="extra_length"),
                         tf.TensorSpec([None], tf.int32, name="max_input_tokens"))
+_SAMPLING_SPECS = (tf.TensorSpec([], tf.int32, name="sampling_topk"),
+                   tf.TensorSpec([], tf.float32, name="sampling_temperature"),
+                   tf.TensorSpec([], tf.float32, name="sampling_topp"),
+                   tf.TensorSpec([], tf.int32, name="extra_length"),
+                   tf.TensorSpec([], tf.int64, name="seed"))
+_TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
 
 
 def sanitize_utf8(text):
@@ -97,16 +105,28 @@ class Translator(tf.Module):
             :mod:`tfxformer.decoding.shortlist`); scores are normalized over it. The table is
             held in two int32 tf.Variables, `shortlist_table` (V, K) and
             `shortlist_frequent` (N,), saved with the export.
+        stopping, length_normalization: beam search's stopping rule ("bound" or
+            "finished") and length normalization ("gnmt" or "length"; None: those of
+            :class:`tfxformer.config.DecodingOptions`; :func:`tfxformer.decoding.beam_search`).
+            Fixed in the graph, for every signature: an export records them in its
+            config.json (`decoding`); they are no request input.
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
         float32, "truncated": (N,) bool}, the score being log P(Y | X) / lp(Y) of the best
-        hypothesis, `truncated` True where the input was cut to `max_input_tokens`.
+        hypothesis (/ |Y|^α with `length_normalization` "length"), `truncated` True where
+        the input was cut to `max_input_tokens`.
     `translate_with_options(text, beam_size, alpha, extra_length)` takes the options as
     scalar tensors (int32, float32, int32; not batchable by TF Serving) and returns the
     same; `translate_per_example(text, beam_size, alpha, extra_length, max_input_tokens)`
     takes one value of each per text ((N,) int32, float32, int32, int32), so TF Serving
     can batch it; a `max_input_tokens` above the export's is lowered to it.
+    `translate_sampled(text, sampling_topk, sampling_temperature, sampling_topp,
+    extra_length, seed)` (scalars: int32, float32, float32, int32, int64) samples one
+    translation per text instead of beam search (:mod:`tfxformer.decoding.sampling`;
+    `score` is then the sample's log P(Y | X)); the same seed and texts give the same
+    translations. `score(text, target)` ((N,) strings each) scores given translations
+    (:meth:`score_pairs`).
 
     Example:
     >>> translator = Translator(model, open("runs/base/spm.model", "rb").read())
@@ -117,7 +137,8 @@ class Translator(tf.Module):
 
     def __init__(self, model, sentencepiece_model: bytes, beam_size=None, alpha=None,
                  extra_length=None, max_batch_size=None, max_input_tokens=None,
-                 max_output_tokens=None, name="translator", shortlist=None):
+                 max_output_tokens=None, name="translator", shortlist=None, stopping=None,
+                 length_normalization=None):
         super().__init__(name=name)
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
             raise ValueError("`sentencepiece_model` must be the non-empty bytes of spm.model, "
@@ -133,7 +154,8 @@ class Translator(tf.Module):
         options = DecodingOptions().replace(
             beam_size=beam_size, alpha=alpha, extra_length=extra_length,
             batch_size=max_batch_size, max_input_tokens=max_input_tokens,
-            max_output_tokens=max_output_tokens).validate()
+            max_output_tokens=max_output_tokens, stopping=stopping,
+            length_normalization=length_normalization).validate()
         self.options = options.replace(
             max_input_tokens=min(positions, options.max_input_tokens),
             max_output_tokens=min(positions, options.max_output_tokens))
@@ -176,29 +198,76 @@ class Translator(tf.Module):
     def translate_per_example(self, text, beam_size, alpha, extra_length, max_input_tokens):
         return self.translate(text, beam_size, alpha, extra_length, max_input_tokens)
 
+    @tf.function(input_signature=[_TEXT_SPEC, *_SAMPLING_SPECS])
+    def translate_sampled(self, text, sampling_topk, sampling_temperature, sampling_topp,
+                          extra_length, seed):
+        return self.translate(text, extra_length=extra_length, sampling=dict(
+            sampling_topk=sampling_topk, sampling_temperature=sampling_temperature,
+            sampling_topp=sampling_topp, seed=seed))
+
+    @tf.function(input_signature=[_TEXT_SPEC, _TARGET_SPEC])
+    def score(self, text, target):
+        return self.score_pairs(text, target)
+
+    def score_pairs(self, text, target, target_language=None):
+        """The graph behind the `score` signature: log P(target | text) of each pair by
+        one teacher-forced decode (:func:`tfxformer.decoding.scoring.score_targets`).
+
+        Both sides are read as `translate` reads a source: invalid UTF-8 replaced by
+        U+FFFD, SentencePiece pieces, then EOS; the source is cut to `max_input_tokens`
+        and the target to `max_output_tokens` tokens (EOS included: a cut target is scored
+        without its EOS, as the prefix it is), either cut flagged in `truncated`. A blank
+        side is EOS alone and is scored too (a pair with a blank side is exactly what
+        corpus filtering wants a score for). Pairs are scored `max_batch_size` at a time
+        in order of length; an empty batch gives empty outputs.
+
+        Returns:
+            {"log_prob": (N,) float32 log P(Y | X), "mean_log_prob": (N,) float32
+            log P(Y | X) / length, "token_log_probs": (N, T) float32, 0 after `length`,
+            "length": (N,) int32 target tokens scored (EOS included), "truncated": (N,)
+            bool}.
+        """
+        text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
+        target = tf.reshape(tf.convert_to_tensor(target, tf.string), [-1])
+        target = _checked(target, tf.equal(tf.size(target), tf.size(text)),
+                          "`target` must have one value per text (shape [N] like `text`)")
+        text, _ = self._with_language(text, target_language)
+        tokenizer = self.make_tokenizer()
+        source, source_cut, _ = self._cut(text, tokenizer, self._input_limit(text, None))
+        limit = self.max_output_tokens
+        target_ids, target_cut, _ = self._cut(target, tokenizer,
+                                              tf.fill(tf.shape(target), limit + 1))
+        target_cut |= target_ids.row_lengths() > limit  # the EOS itself did not fit
+        target_ids = target_ids[:, :limit]
+        token_log_probs, lengths, log_probs = score_ragged(self.model, source, target_ids,
+                                                          self.max_batch_size)
+        return {"log_prob": log_probs,
+                "mean_log_prob": log_probs / tf.cast(tf.maximum(lengths, 1), tf.float32),
+                "token_log_probs": token_log_probs.to_tensor(0.0), "length": lengths,
+                "truncated": source_cut | target_cut}
+
     def translate(self, text, beam_size=None, alpha=None, extra_length=None,
-                  max_input_tokens=None, target_language=None):
+                  max_input_tokens=None, target_language=None, sampling=None):
         """The graph behind the signatures; options default to the constructor's.
 
         Options are Python numbers or scalar tensors (one value for the batch), or (N,)
         tensors (one per text: texts with equal options are decoded together).
-        `target_language` ((N,) strings) is a multilingual model's, required there."""
+        `target_language` ((N,) strings) is a multilingual model's, required there.
+        `sampling`: None (beam search), or {sampling_topk, sampling_temperature,
+        sampling_topp, seed} (scalars) to sample instead (then `beam_size` and `alpha`
+        do not apply)."""
         text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
-        tag_pieces = None
-        if self.target_languages:
-            if target_language is None:
-                raise ValueError("This model translates into "
-                                 f"{_listed(self.target_languages)}: give `target_language`.")
-            text, tag_pieces = self._tagged(text, target_language)
-        elif target_language is not None:
-            raise ValueError("`target_language` is for a multilingual model; this one has one "
-                             "target language.")
+        text, tag_pieces = self._with_language(text, target_language)
         options = dict(
             beam_size=self.beam_size if beam_size is None else beam_size,
             alpha=self.alpha if alpha is None else alpha,
             extra_length=self.extra_length if extra_length is None else extra_length)
+        if sampling is not None:
+            options = dict(extra_length=options["extra_length"], **sampling)
         per_example = any(isinstance(v, tf.Tensor) and v.shape.rank == 1
                           for v in options.values())
+        if per_example and sampling is not None:
+            raise ValueError("Sampling takes scalar options (one value for the batch).")
         if per_example:
             options = self._example_options(text, options)
         tokenizer = self.make_tokenizer()
@@ -217,6 +286,19 @@ class Translator(tf.Module):
         return {"translation": tf.gather(tf.concat([translations, [""]], 0), index),
                 "score": tf.gather(tf.concat([scores, [0.0]], 0), index),
                 "truncated": truncated}
+
+    def _with_language(self, text, target_language):
+        """(text, tag pieces): a multilingual model's texts tagged with their target
+        language (:meth:`_tagged`), or the texts as given and None."""
+        if self.target_languages:
+            if target_language is None:
+                raise ValueError("This model translates into "
+                                 f"{_listed(self.target_languages)}: give `target_language`.")
+            return self._tagged(text, target_language)
+        if target_language is not None:
+            raise ValueError("`target_language` is for a multilingual model; this one has one "
+                             "target language.")
+        return text, None
 
     def make_tokenizer(self):
         """The SentencePiece tokenizer, made inside the traced graph, so the SavedModel
@@ -332,10 +414,9 @@ class Translator(tf.Module):
             if self.shortlist_info is not None:
                 shortlist = shortlist_ids(source, self.shortlist_table,
                                           self.shortlist_frequent)
-            out = beam_search(self.model, source, **options,
-                              max_output_length=self.max_output_tokens, shortlist=shortlist)
-            text = self.detokenize(out.ids[:, 0], out.lengths[:, 0], tokenizer)
-            return c + 1, translations.write(c, text), scores.write(c, out.scores[:, 0])
+            ids, lengths, score = self._search(source, options, shortlist, c)
+            text = self.detokenize(ids, lengths, tokenizer)
+            return c + 1, translations.write(c, text), scores.write(c, score)
 
         arrays = [tf.TensorArray(dtype, size=chunks, infer_shape=False, element_shape=[None])
                   for dtype in (tf.string, tf.float32)]
@@ -343,6 +424,19 @@ class Translator(tf.Module):
             lambda c, *_: c < chunks, body, [tf.constant(0), *arrays])
         empty = tf.equal(total, 0)
         return _concat(translations, empty, tf.string), _concat(scores, empty, tf.float32)
+
+    def _search(self, source, options, shortlist, chunk):
+        """The best (ids (B, L), lengths (B,), scores (B,)) of one chunk: beam search, or
+        sampling when `options` holds a seed (chunk c draws with fold_in(seed, c))."""
+        limits = dict(max_output_length=self.max_output_tokens, shortlist=shortlist)
+        if "seed" in options:
+            key = fold_seed(seed_key(options["seed"]), chunk)
+            out = greedy_decode(self.model, source, **{**options, "seed": key}, **limits)
+            return out.ids, out.lengths, out.scores
+        out = beam_search(self.model, source, **options, **limits,
+                          stopping=self.options.stopping,
+                          length_normalization=self.options.length_normalization)
+        return out.ids[:, 0], out.lengths[:, 0], out.scores[:, 0]
 
 
 def _listed(languages):
@@ -360,7 +454,10 @@ class MultilingualTranslator(Translator):
     Signatures: `serving_default(text, target_language)`,
     `translate_with_options(text, target_language, beam_size, alpha, extra_length)`,
     `translate_per_example(text, target_language, beam_size, alpha, extra_length,
-    max_input_tokens)`; outputs as :class:`Translator`'s.
+    max_input_tokens)`, `translate_sampled(text, target_language, sampling_topk,
+    sampling_temperature, sampling_topp, extra_length, seed)`, `score(text,
+    target_language, target)` (the tag goes before `text`, the source);
+    outputs as :class:`Translator`'s.
 
     Example:
     >>> translator = MultilingualTranslator(model, spm_bytes, ("de", "fr"))
@@ -389,6 +486,18 @@ class MultilingualTranslator(Translator):
                               max_input_tokens):
         return self.translate(text, beam_size, alpha, extra_length, max_input_tokens,
                               target_language=target_language)
+
+    @tf.function(input_signature=[_TEXT_SPEC, _LANGUAGE_SPEC, *_SAMPLING_SPECS])
+    def translate_sampled(self, text, target_language, sampling_topk, sampling_temperature,
+                          sampling_topp, extra_length, seed):
+        return self.translate(text, extra_length=extra_length, target_language=target_language,
+                              sampling=dict(sampling_topk=sampling_topk,
+                                            sampling_temperature=sampling_temperature,
+                                            sampling_topp=sampling_topp, seed=seed))
+
+    @tf.function(input_signature=[_TEXT_SPEC, _LANGUAGE_SPEC, _TARGET_SPEC])
+    def score(self, text, target_language, target):
+        return self.score_pairs(text, target, target_language)
 
     def _tagged(self, text, target_language):
         """(N,) texts with their language's tag in front, and (N,) int32 the tag's pieces;

@@ -24,8 +24,9 @@ _WARMUP_FILENAME = "tf_serving_warmup_requests"
 _BATCHING_FILENAME = "batching_parameters.txt"
 _MAX_RECORDS = 1000  # TF Serving reads no more warm-up records than this
 # The signatures a client calls whose every input and output is batch-major (TF Serving
-# batching concatenates requests along dimension 0); translate_with_options is not.
-BATCHABLE_SIGNATURES = ("serving_default", "translate_per_example")
+# batching concatenates requests along dimension 0); translate_with_options and
+# translate_sampled (scalar options) are not.
+BATCHABLE_SIGNATURES = ("serving_default", "translate_per_example", "score")
 SHORT_TEXT = "A dog runs in the park."
 LONG_TEXT = ("A group of young men in red and white uniforms is playing football on a green "
              "field near the old stone church, while their families watch from the wooden "
@@ -45,8 +46,9 @@ def _serving_apis():
 def signature_inputs(translator, signature, texts):
     """The request inputs of `signature` for `texts`: {name: numpy array}, batch-major.
 
-    `translate_per_example` gets the export's own options, one value per text; a
-    multilingual model's `target_language` takes its languages in turn."""
+    `translate_per_example` gets the export's own options, one value per text; `score`
+    scores each text as its own target; a multilingual model's `target_language` takes
+    its languages in turn."""
     inputs = {"text": np.array(texts, dtype=object)}
     languages = translator.target_languages
     if languages:
@@ -59,6 +61,8 @@ def signature_inputs(translator, signature, texts):
             alpha=np.full([size], translator.alpha, np.float32),
             extra_length=np.full([size], translator.extra_length, np.int32),
             max_input_tokens=np.full([size], translator.max_input_tokens, np.int32))
+    elif signature == "score":
+        inputs["target"] = inputs["text"]
     elif signature != "serving_default":
         raise ValueError(f"No warm-up inputs for signature {signature!r}; batchable "
                          f"signatures: {BATCHABLE_SIGNATURES}.")
