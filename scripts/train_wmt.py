@@ -1,10 +1,14 @@
 """Train the Transformer (Vaswani et al., 2017) for translation; rerun the same command to resume.
 
-Defaults are the paper's base model on WMT14 EN-DE (tensorflow-datasets). Offline, point
---data at a folder of aligned text files, e.g. ../shared/data/multi30k.
+Defaults are the paper's base model on WMT14 EN-DE (tensorflow-datasets), in the precision
+chosen for the machine (--precision auto). Any tensorflow-datasets translation dataset is
+--data tfds:NAME[/CONFIG]. Offline, point --data at a folder of aligned text files, e.g.
+../shared/data/multi30k.
 
 Examples:
   python scripts/train_wmt.py --model-dir runs/base                      # WMT14, base
+  python scripts/train_wmt.py --data tfds:wmt14_translate/fr-en --src en --tgt fr \
+      --model-dir runs/en_fr                                             # WMT14 EN-FR
   python scripts/train_wmt.py --data ../shared/data/multi30k --preset tiny \\
       --vocab-size 2000 --batch-tokens 2048 --train-steps 200 --cpu-devices 2 \\
       --model-dir runs/tiny --export-dir saved_models/tiny

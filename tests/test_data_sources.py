@@ -1,14 +1,13 @@
-"""Tests of tfxformer.data.sources: aligned text folders and TFDS WMT14 (§5.1 data)."""
+"""Tests of tfxformer.data.sources: aligned text folders (§5.1 data)."""
 
 import gzip
 import logging
 import os
 
 import pytest
-import tensorflow_datasets as tfds
 from conftest import shared_data
 
-from tfxformer.data import check_aligned, iter_lines, load_corpus, load_text_folder, load_wmt14
+from tfxformer.data import check_aligned, iter_lines, load_corpus, load_text_folder
 
 
 def _write(folder, name: str, lines: list[str]) -> str:
@@ -81,7 +80,7 @@ def test_missing_files_and_folders_are_clear_errors(tmp_path):
     folder = _folder(tmp_path, train_en=["a"], train_de=["A"], val_en=["x"])
     with pytest.raises(FileNotFoundError, match=f"Missing {folder}/val.de .*needs train.en"):
         load_corpus(folder)
-    with pytest.raises(FileNotFoundError, match="neither 'wmt14' nor an existing folder"):
+    with pytest.raises(FileNotFoundError, match="neither a TFDS dataset nor an existing folder"):
         load_corpus(str(tmp_path / "nope"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_text_folder(str(tmp_path / "nope"))
@@ -125,41 +124,3 @@ def test_bad_language_codes(tmp_path):
         load_text_folder(shared_data("multi30k"), src="en", tgt="en")
     with pytest.raises(ValueError, match=r"Language code 'e\.n'"):
         load_text_folder(shared_data("multi30k"), src="e.n", tgt="de")
-    with pytest.raises(ValueError, match="languages 'de' and 'en'; got src='fr'"):
-        load_wmt14(src="fr", tgt="en")
-
-
-def test_wmt14_from_tfds_mock_data(tmp_path):
-    with tfds.testing.mock_data(num_examples=6):
-        en_de = load_corpus("wmt14", src="en", tgt="de", data_dir=str(tmp_path))
-        de_en = load_wmt14(src="de", tgt="en", data_dir=str(tmp_path))
-        assert sorted(en_de.splits) == ["test", "train", "val"]
-        pairs = _dataset_pairs(en_de.train)
-        assert len(pairs) == 6 and all(s and t for s, t in pairs)
-        assert list(en_de.train.pairs()) == pairs
-        assert _dataset_pairs(de_en.val) == [(t, s) for s, t in _dataset_pairs(en_de.val)]
-        assert len(list(en_de.training_text())) == 12
-
-
-def test_wmt14_not_prepared_without_download(tmp_path):
-    with pytest.raises(RuntimeError) as err:
-        load_wmt14(data_dir=str(tmp_path), download=False)
-    message = str(err.value)
-    assert str(tmp_path) in message and "download=False" in message
-    assert "--data /path/to/folder" in message and "train.en, train.de" in message
-
-
-def test_wmt14_offline_download_is_a_clear_error(tmp_path, monkeypatch):
-    calls = []
-
-    def offline(self, download_config=None, **kwargs):
-        calls.append(download_config)
-        raise ConnectionError("Name or service not known: www.statmt.org")
-
-    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", offline)
-    with pytest.raises(RuntimeError) as err:
-        load_wmt14(src="de", tgt="en", data_dir=str(tmp_path), manual_dir=str(tmp_path / "m"))
-    message = str(err.value)
-    assert "ConnectionError: Name or service not known" in message
-    assert "--tfds-data-dir" in message and "train.de, train.en" in message
-    assert calls[0].manual_dir == str(tmp_path / "m")

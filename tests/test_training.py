@@ -6,11 +6,15 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
 from conftest import SHARED_DATA
+from test_data_tfds_source import tfds_metadata
 
-from tfxformer.rundir import load_model
+from tfxformer import Transformer, precision
+from tfxformer.pretrained import load_run_dir
 from tfxformer.train_config import settings_as_flags
-from tfxformer.training import TrainConfig, train_and_evaluate
+from tfxformer.training import TrainConfig, resolve_precision, train_and_evaluate
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")
 
@@ -40,7 +44,7 @@ def _config(data, model_dir, steps, **overrides):
 def _weights(model_dir, step, folder="checkpoints"):
     """All model weights of checkpoint `folder/ckpt-<step>`, restored through the model."""
     path = os.path.join(model_dir, folder, f"ckpt-{step}")
-    model, _, _ = load_model(str(model_dir), checkpoint=path)
+    model, _, _ = load_run_dir(Transformer, str(model_dir), checkpoint=path)
     return model.get_weights()
 
 
@@ -59,43 +63,103 @@ def corpus(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_train_on_real_text_lowers_the_loss_with_two_replicas(corpus, tmp_path):
-    first = train_and_evaluate(_config(corpus, tmp_path / "run", 10, eval_every=10))
-    later = train_and_evaluate(_config(corpus, tmp_path / "run", 40, eval_every=40,
-                                       average_last=3))
+def test_train_on_real_text_lowers_the_loss_and_stop_and_resume_equals_a_straight_run(
+        corpus, tmp_path):
+    """Two replicas on real text. One update per call straight to 40 equals 3 per call
+    (intervals of 10: calls of 3, 3, 3, 1) to 20, resumed with 8 per call to 40: the same
+    batches, the same weights. The loss falls; the scalars of both calls, the averaged
+    checkpoint and the training curve are checked on these runs (one training each)."""
+    straight = tmp_path / "straight"
+    train_and_evaluate(_config(corpus, straight, 40, deterministic=True, steps_per_loop=1,
+                               eval_every=10, average_last=3))
+    resumed = tmp_path / "resumed"
+    train_and_evaluate(_config(corpus, resumed, 20, deterministic=True, steps_per_loop=3,
+                               eval_every=10))
+    later = train_and_evaluate(_config(corpus, resumed, 40, deterministic=True,
+                                       steps_per_loop=8, eval_every=10))
+    for a, b in zip(_weights(straight, 40), _weights(resumed, 40), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+    # The training curve (scripts/plot_training.py) reads the TensorBoard scalars of both
+    # calls of the resumed run.
+    plot_training = _script("plot_training")
+    series = plot_training.read_scalars(str(resumed / "logs"))
+    assert [step for step, _ in series["loss"]] == [10, 20, 30, 40]
+    assert [step for step, _ in series["val_loss"]] == [10, 20, 30, 40]
+    first = {name: series[name][0][1] for name in ("loss", "val_loss")}
     assert later["step"] == 40
     assert later["loss"] < first["loss"] - 0.5, (first, later)
     assert later["val_loss"] < first["val_loss"]
-    with open(tmp_path / "run" / "config.json", encoding="utf-8") as f:
-        assert json.load(f)["model"]["vocab_size"] == 400
-    # Checkpoint averaging (§6.1): the averaged weights are the mean of the last 3.
-    # The training curve (scripts/plot_training.py) reads the TensorBoard scalars.
-    plot_training = _script("plot_training")
-    series = plot_training.read_scalars(str(tmp_path / "run" / "logs"))
-    assert [step for step, _ in series["loss"]] == [10, 20, 30, 40]
-    assert [step for step, _ in series["val_loss"]] == [10, 40]
+    assert series["loss"][-1][1] == pytest.approx(later["loss"], rel=1e-6)
     plot_training.plot(series, str(tmp_path / "curve.png"))
     assert (tmp_path / "curve.png").stat().st_size > 10_000
+    with open(straight / "config.json", encoding="utf-8") as f:
+        assert json.load(f)["model"]["vocab_size"] == 400
 
-    averaged = _weights(tmp_path / "run", 40, folder="averaged")
-    last_three = zip(*[_weights(tmp_path / "run", s) for s in (20, 30, 40)], strict=True)
+    # Checkpoint averaging (§6.1): the averaged weights are the mean of the last 3.
+    averaged = _weights(straight, 40, folder="averaged")
+    last_three = zip(*[_weights(straight, s) for s in (20, 30, 40)], strict=True)
     assert len(averaged) == 85  # every weight of the tiny model, not only the embedding
     for average, weights in zip(averaged, last_three, strict=True):
         np.testing.assert_allclose(average, np.mean(weights, axis=0), rtol=1e-5, atol=1e-6)
-    assert os.path.exists(tmp_path / "run" / "spm.model")
+    assert os.path.exists(straight / "spm.model")
+
+
+def _tfds_pairs(builder, split, **kwargs):
+    """Every split of a mocked TFDS translation dataset: the same 64 random sentences per
+    language, from tensors (a checkpoint holds the position of the input pipeline, which
+    mock_data's own `from_generator` examples cannot give)."""
+    rng = np.random.default_rng(0)
+    columns = {}
+    for language in builder.info.features.languages:
+        words = ["".join(rng.choice(list("abcdefghijklmnop"), rng.integers(2, 7)))
+                 for _ in range(40)]
+        columns[language] = [" ".join(rng.choice(words, rng.integers(3, 9))) for _ in range(64)]
+    return tf.data.Dataset.from_tensor_slices(columns)
 
 
 @pytest.mark.slow
-def test_stop_and_resume_equals_a_straight_run(corpus, tmp_path):
-    """One update per call straight to 40 equals 3 per call (intervals of 10: calls of
-    3, 3, 3, 1) to 20, resumed with 8 per call to 40: the same batches, the same weights."""
-    straight = tmp_path / "straight"
-    train_and_evaluate(_config(corpus, straight, 40, deterministic=True, steps_per_loop=1))
-    resumed = tmp_path / "resumed"
-    train_and_evaluate(_config(corpus, resumed, 20, deterministic=True, steps_per_loop=3))
-    train_and_evaluate(_config(corpus, resumed, 40, deterministic=True, steps_per_loop=8))
-    for a, b in zip(_weights(straight, 40), _weights(resumed, 40), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+def test_train_wmt_on_a_tfds_dataset_with_auto_precision(tmp_path, capsys):
+    """`train_wmt.py --data tfds:wmt14_translate/fr-en --src en --tgt fr` (TFDS mocked:
+    random sentences, no network) trains, validates on the dataset's validation split, and
+    config.json records the data and the precision `auto` chose for this machine."""
+    metadata = tfds_metadata(tmp_path / "tfds", "wmt14_translate/fr-en",
+                             {"train": 64, "validation": 8, "test": 8})
+    run = tmp_path / "run"
+    with tfds.testing.mock_data(data_dir=metadata, as_dataset_fn=_tfds_pairs):
+        status = _script("train_wmt").main([
+            "--data", "tfds:wmt14_translate/fr-en", "--src", "en", "--tgt", "fr",
+            "--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512",
+            "--max-length", "32", "--train-steps", "4", "--warmup-steps", "2",
+            "--checkpoint-every", "4", "--log-every", "2", "--eval-every", "4",
+            "--eval-sentences", "0", "--average-last", "0", "--cpu-devices", "1",
+            "--model-dir", str(run)])
+    assert status == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert metrics["step"] == 4 and np.isfinite(metrics["val_loss"])
+    with open(run / "config.json", encoding="utf-8") as f:
+        record = json.load(f)
+    assert (record["src"], record["tgt"], record["train"]["data"]) == \
+        ("en", "fr", "tfds:wmt14_translate/fr-en")
+    chosen, why = precision.choose(precision.this_machine())
+    assert record["train"]["precision"] == chosen
+    log = (run / "train.log").read_text(encoding="utf-8")
+    assert f"Precision {chosen}: auto: {why}" in log
+    assert "tfds wmt14_translate/fr-en split validation" in log
+
+
+def test_auto_precision_of_a_resumed_run_is_the_recorded_one(tmp_path):
+    """A run dir that records bf16 resumes in bf16 whatever this machine would choose;
+    a given precision is kept as given."""
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model": {"vocab_size": 64}, "train": {"precision": "bf16"}}), encoding="utf-8")
+    resumed, why = resolve_precision(TrainConfig(model_dir=str(tmp_path)))
+    assert resumed.precision == "bf16" and "the run dir records bf16" in why
+    given, why = resolve_precision(TrainConfig(model_dir=str(tmp_path), precision="fp32"))
+    assert given.precision == "fp32" and why == "given (`precision`)"
+    chosen, reason = precision.choose(precision.this_machine())
+    new, why = resolve_precision(TrainConfig(model_dir=str(tmp_path / "new")))
+    assert (new.precision, why) == (chosen, f"auto: {reason}")
 
 
 def test_train_flags_come_from_the_config_fields(capsys):

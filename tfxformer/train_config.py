@@ -13,6 +13,8 @@ import re
 
 from tfxformer import checks, multilingual
 from tfxformer.config import PRECISION_POLICIES, PRESETS, DecodingOptions, ModelConfig, get_preset
+from tfxformer.data.sampling import check_alpha
+from tfxformer.precision import AUTO as AUTO_PRECISION
 
 __all__ = ["TrainConfig", "setting", "settings_as_flags"]
 
@@ -39,11 +41,15 @@ class TrainConfig:
         help="run directory: config.json, spm.model, checkpoints/, logs/ (TensorBoard), "
              "train.log. Rerunning with the same directory resumes from its latest "
              "checkpoint")
-    data: str = _setting("wmt14", "'wmt14' (tensorflow-datasets wmt14_translate/de-en) or a "
-                         "folder with train.SRC/train.TGT and val.SRC/val.TGT text files "
+    data: str = _setting("wmt14", "'wmt14' (tensorflow-datasets wmt14_translate/de-en), "
+                         "'tfds:NAME[/CONFIG]' (any tensorflow-datasets translation dataset, "
+                         "e.g. tfds:wmt14_translate/fr-en, tfds:ted_hrlr_translate/pt_to_en) "
+                         "or a folder with train.SRC/train.TGT and val.SRC/val.TGT text files "
                          "(.gz accepted)")
-    src: str = _setting("en", "source language code (file suffix)")
-    tgt: str = _setting("de", "target language code (file suffix)")
+    src: str = _setting("en", "source language code (file suffix; for tensorflow-datasets, "
+                        "one of the dataset's languages)")
+    tgt: str = _setting("de", "target language code (file suffix; for tensorflow-datasets, "
+                        "one of the dataset's languages)")
     preset: str = _setting("base", "model preset (base and big are the paper's Table 3)",
                            choices=tuple(PRESETS))
     vocab_size: int = _setting(ModelConfig().vocab_size, "shared SentencePiece BPE "
@@ -79,6 +85,13 @@ class TrainConfig:
                              "batch runs through the model twice with independent dropout "
                              "and the loss adds alpha times their symmetric KL divergence. "
                              "Twice the compute per update; 0 = off")
+    subword_sampling: float = _setting(
+        0.0, "subword regularisation (BPE-dropout, Provilkov et al., 2020; not in the "
+             "paper): every read of a training pair segments it anew by SentencePiece "
+             "sampling, each BPE merge skipped with this probability (theirs: 0.1); "
+             "validation, BLEU and the export segment deterministically. Seeded by `seed` "
+             "and the pair's place in the data stream (reproducible, exact on resume). "
+             "Needs the text, so the token cache is not used; 0 = off")
     checkpoint_every: int = _setting(1_000, "save a checkpoint ckpt-<step> every this many "
                                      "updates")
     keep_checkpoints: int = _setting(20, "checkpoints kept on disk")
@@ -97,8 +110,12 @@ class TrainConfig:
     cpu_devices: int | None = _setting(None, "split the CPU into N logical devices so "
                                        "MirroredStrategy runs N replicas on a machine "
                                        "without GPUs")
-    precision: str = _setting("fp32", "float32, mixed bfloat16 (CPU/TPU), or mixed float16 "
-                              "with loss scaling (GPU)", choices=PRECISIONS)
+    precision: str = _setting(
+        AUTO_PRECISION, "fp32 (float32), bf16 (mixed bfloat16), fp16 (mixed float16 with loss "
+        "scaling), or auto: chosen for this machine (bf16 on GPUs of compute capability >= 8.0 "
+        "and on CPUs with AVX512_BF16 or AMX-BF16; fp16 on GPUs of 7.x; otherwise fp32), the "
+        "reason logged; a resumed run keeps the precision its run dir records. config.json "
+        "records the precision used, never auto", choices=PRECISIONS + (AUTO_PRECISION,))
     xla: bool = _setting(False, "compile the training step with XLA")
     seed: int = _setting(0, "random seed (data order, vocabulary sampling)")
     shuffle_buffer: int = _setting(100_000, "training pairs in the shuffle buffer")
@@ -127,9 +144,16 @@ class TrainConfig:
               "`max_positions` is an error; the dropout settings may be set); optimizer and "
               "schedule start fresh. See tfxformer.pretrained")
     tfds_data_dir: str | None = _setting(None, "tensorflow-datasets data directory for "
-                                         "`data` wmt14")
+                                         "`data` wmt14 or tfds:NAME")
     tfds_manual_dir: str | None = _setting(None, "tensorflow-datasets manual download "
-                                           "directory for `data` wmt14")
+                                           "directory for `data` wmt14 or tfds:NAME")
+    tfds_train_split: str | None = _setting(
+        None, "tensorflow-datasets split (or split expression, e.g. 'train[2000:]') to train "
+              "on (default: train)")
+    tfds_val_split: str | None = _setting(
+        None, "tensorflow-datasets split (or split expression, e.g. 'train[:2000]') to "
+              "validate on (default: the split named validation, valid, val, dev or "
+              "development, else the one whose name starts with valid or dev)")
 
     def validate(self):
         """Raises ValueError naming the setting (in backticks) and what is accepted."""
@@ -146,6 +170,7 @@ class TrainConfig:
         for name in ("average_last", "eval_every", "eval_sentences"):
             checks.integer(getattr(self, name), name, 0)
         checks.number(self.r_drop, "r_drop", 0.0)
+        check_alpha(self.subword_sampling, "subword_sampling")
         if self.max_positions is not None and self.max_positions < self.max_length:
             raise ValueError(f"`max_positions` {self.max_positions} is below `max_length` "
                              f"{self.max_length}: training pairs would not fit the model's "

@@ -19,10 +19,11 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from tfxformer import checkpoints as ckpt
-from tfxformer import multilingual, pretrained, rundir
+from tfxformer import multilingual, precision, pretrained, rundir
 from tfxformer.config import PRECISION_POLICIES, ModelConfig
 from tfxformer.data import pipeline, sources, token_cache
-from tfxformer.data.tokenizer import Tokenizer, train_tokenizer
+from tfxformer.data.sampling import SubwordSampler
+from tfxformer.data.tokenizer import Tokenizer, load_vocabulary, train_tokenizer
 from tfxformer.distribute import (
     barrier,
     is_chief,
@@ -55,9 +56,20 @@ class WorkerLostError(RuntimeError):
     """A worker of a multi-worker run died or became unreachable: restart every worker."""
 
 
-def set_precision(precision: str) -> None:
+def set_precision(name: str) -> None:
     """fp32, or mixed bfloat16 / float16 (LayerNorm, softmax and logits stay float32)."""
-    keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
+    keras.mixed_precision.set_global_policy(PRECISION_POLICIES[name])
+
+
+def resolve_precision(config: TrainConfig) -> tuple[TrainConfig, str]:
+    """`config` with `precision` auto resolved (:func:`tfxformer.precision.resolve`: for
+    this machine, or as the run dir's config.json records it), and the reason."""
+    recorded = None
+    if os.path.exists(os.path.join(config.model_dir, rundir.CONFIG_FILENAME)):
+        train = rundir.read_config(config.model_dir).get("train")
+        recorded = train.get("precision") if isinstance(train, dict) else None
+    name, reason = precision.resolve(config.precision, recorded)
+    return dataclasses.replace(config, precision=name), reason
 
 
 def _setup_logging(model_dir: str | None) -> None:
@@ -95,7 +107,7 @@ def prepare_vocabulary(config: TrainConfig, corpus, strategy, chief: bool) -> To
     if not os.path.exists(path) and not chief:
         raise FileNotFoundError(f"{path} does not exist after the chief wrote it: every "
                                 "worker needs the same `model_dir` (a shared filesystem).")
-    tokenizer = rundir.load_vocabulary(path)
+    tokenizer = load_vocabulary(path)
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(
             f"{path} has {tokenizer.vocab_size} tokens but `vocab_size` is "
@@ -171,6 +183,8 @@ def _data_settings(config: TrainConfig, replicas: int, cache=None) -> dict:
     settings = dict({name: getattr(config, name) for name in names}, replicas=replicas)
     if cache is not None:
         settings["token_cache"] = cache.key
+    if config.subword_sampling:  # only when on: runs without it resume as they did
+        settings["subword_sampling"] = config.subword_sampling
     return settings
 
 
@@ -205,6 +219,11 @@ def prepare_token_cache(config: TrainConfig, corpus, tokenizer: Tokenizer, strat
     when the split's files are unknown (then training tokenizes on the fly)."""
     if not config.token_cache:
         return None
+    if config.subword_sampling:
+        log.info("Token cache: not used with `subword_sampling` %g: each read of a training "
+                 "pair samples a new segmentation of its text, so training tokenizes on the "
+                 "fly.", config.subword_sampling)
+        return None
     if not corpus.train.files:
         log.warning("No token cache: the files of %s are unknown, so a cache could not tell "
                     "when they change; tokenizing on every epoch.", corpus.train.origin)
@@ -227,7 +246,9 @@ def prepare_token_cache(config: TrainConfig, corpus, tokenizer: Tokenizer, strat
 def training_dataset(config: TrainConfig, corpus, tokenizer: Tokenizer, replicas: int,
                      cache: token_cache.TokenCache | None = None):
     """The training batches of `config` over `replicas`: from `cache`, else tokenized on
-    the fly (the same batches either way)."""
+    the fly (the same batches either way); with `subword_sampling`, tokenized on the fly
+    by BPE-dropout sampling (:class:`tfxformer.data.sampling.SubwordSampler`, seeded by
+    `seed`)."""
     budget = pipeline.TokenBudget(config.batch_tokens * config.accumulation_steps, replicas,
                                   config.accumulation_steps)
     options = dict(batch_tokens=budget.per_step, max_length=config.max_length,
@@ -235,6 +256,12 @@ def training_dataset(config: TrainConfig, corpus, tokenizer: Tokenizer, replicas
                    seed=config.seed)
     if cache is not None:
         return token_cache.train_dataset(cache, **options)
+    if config.subword_sampling:
+        options["sampler"] = SubwordSampler(tokenizer.spm_bytes, config.subword_sampling,
+                                            config.seed)
+        log.info("Subword sampling: BPE-dropout of the training pairs, merge-dropout "
+                 "probability %g, seed %d; validation and export unsampled.",
+                 config.subword_sampling, config.seed)
     return pipeline.train_dataset(corpus.train.dataset(), tokenizer, **options)
 
 
@@ -256,6 +283,7 @@ def train_and_evaluate(config: TrainConfig, *, kill_at_save_step: int | None = N
     """
     config.validate()
     config = pretrained.fine_tune_config(config)  # the model settings of `init_from`
+    config, precision_reason = resolve_precision(config)  # config.json records the result
     if config.deterministic:
         keras.utils.set_random_seed(config.seed)
         tf.config.experimental.enable_op_determinism()
@@ -266,6 +294,7 @@ def train_and_evaluate(config: TrainConfig, *, kill_at_save_step: int | None = N
     os.makedirs(config.model_dir, exist_ok=True)
     _setup_logging(config.model_dir if chief else None)
     log.info("%d replicas in sync (%s)", strategy.num_replicas_in_sync, type(strategy).__name__)
+    log.info("Precision %s: %s", config.precision, precision_reason)
     try:
         return _run(config, strategy, chief, kill_at_save_step, nonfinite_fault_steps)
     except tf.errors.UnavailableError as error:
@@ -283,7 +312,9 @@ def _run(config: TrainConfig, strategy, chief: bool, kill_at_save_step=None,
          nonfinite_fault_steps=()) -> dict:
     corpus = sources.load_corpus(config.data, config.src, config.tgt,
                                  data_dir=config.tfds_data_dir,
-                                 manual_dir=config.tfds_manual_dir)
+                                 manual_dir=config.tfds_manual_dir,
+                                 train_split=config.tfds_train_split,
+                                 val_split=config.tfds_val_split)
     check_splits(config, corpus)
     if config.languages():
         for split in (corpus.train, corpus.val):

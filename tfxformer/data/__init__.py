@@ -1,8 +1,8 @@
-"""Data for EN-DE translation (§5.1): sources, the shared BPE vocabulary, tf.data pipelines.
+"""Data for translation (§5.1): sources, the shared BPE vocabulary, tf.data pipelines.
 
 Typical use::
 
-    corpus = load_corpus("../shared/data/multi30k", src="en", tgt="de")  # or "wmt14"
+    corpus = load_corpus("../shared/data/multi30k", src="en", tgt="de")  # or "tfds:NAME/CONFIG"
     tokenizer = train_tokenizer(corpus.training_text(), vocab_size=8000, save_dir=run_dir)
     count_filtered(corpus.train.dataset(), tokenizer, max_length=256)     # logs the counts
     train = train_dataset(corpus.train.dataset(), tokenizer,
@@ -33,6 +33,7 @@ from tfxformer.data.sources import (
     iter_lines,
     load_corpus,
     load_text_folder,
+    load_tfds,
     load_wmt14,
 )
 from tfxformer.data.tokenizer import (
@@ -65,6 +66,7 @@ __all__ = [
     "keras_tokenizer",
     "load_corpus",
     "load_text_folder",
+    "load_tfds",
     "load_wmt14",
     "make_examples",
     "tokenize_pairs",

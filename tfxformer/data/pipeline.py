@@ -37,6 +37,7 @@ import logging
 import tensorflow as tf
 
 from tfxformer import checks
+from tfxformer.data.sampling import SubwordSampler
 from tfxformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 __all__ = [
@@ -137,10 +138,15 @@ def tokenize_and_classify(tokenizer: Tokenizer, src, tgt, max_length: int, max_b
     Precedence: a line over `max_bytes` bytes makes the pair over-long (it is not
     tokenized); otherwise a side without tokens makes it empty; otherwise a side with
     more than `max_length - 1` tokens makes it over-long.
+
+    `tokenizer` is a :class:`Tokenizer` or a sampler at one batch position
+    (:meth:`tfxformer.data.sampling.SubwordSampler.at`); both sides are segmented in one
+    `tokenize` call, sources first.
     """
     huge = tf.logical_or(tf.strings.length(src) > max_bytes, tf.strings.length(tgt) > max_bytes)
-    src_ids = tokenizer.tokenize(tf.where(huge, "", src))
-    tgt_ids = tokenizer.tokenize(tf.where(huge, "", tgt))
+    rows = tf.shape(src, out_type=tf.int64)[0]
+    ids = tokenizer.tokenize(tf.concat([tf.where(huge, "", src), tf.where(huge, "", tgt)], 0))
+    src_ids, tgt_ids = ids[:rows], ids[rows:]
     src_len = tf.cast(src_ids.row_lengths(), tf.int32)
     tgt_len = tf.cast(tgt_ids.row_lengths(), tf.int32)
     empty = tf.logical_and(tf.logical_not(huge), tf.minimum(src_len, tgt_len) == 0)
@@ -166,6 +172,7 @@ def tokenize_pairs(
     max_length: int = 256,
     max_line_bytes: int | None = None,
     batch_size: int = 1024,
+    sampler: SubwordSampler | None = None,
 ) -> tf.data.Dataset:
     """Tokenizes `(src, tgt)` string pairs into filtered, unpadded model examples.
 
@@ -175,7 +182,13 @@ def tokenize_pairs(
         max_length: maximum sequence length including EOS/BOS (see module docstring).
         max_line_bytes: lines longer than this count as over-long untokenized; default
             `_MAX_BYTES_PER_TOKEN * max_length`.
-        batch_size: pairs tokenized per (vectorized) call; does not affect the output.
+        batch_size: pairs tokenized per (vectorized) call; does not affect the output
+            without `sampler`.
+        sampler: subword regularisation (:class:`SubwordSampler`, BPE-dropout, for
+            training text only): each batch of `batch_size` pairs is segmented by
+            sampling at its position `k` in `pairs` (the k-th batch), so the same `pairs`
+            stream gives the same segmentations and a repeated stream new ones. The
+            length filter applies to the sampled segmentations.
 
     Returns:
         dataset of `((source_ids, decoder_input_ids), labels)`, 1-D int32 tensors.
@@ -183,14 +196,21 @@ def tokenize_pairs(
     _check_positive(max_length=max_length, batch_size=batch_size)
     max_bytes = line_byte_limit(max_length, max_line_bytes)
 
-    def tokenize(src, tgt):
+    def tokenize(src, tgt, segmenter=tokenizer):
         src_ids, tgt_ids, empty, too_long = tokenize_and_classify(
-            tokenizer, src, tgt, max_length, max_bytes)
+            segmenter, src, tgt, max_length, max_bytes)
         keep = tf.logical_not(tf.logical_or(empty, too_long))
         return make_examples(tf.ragged.boolean_mask(src_ids, keep),
                              tf.ragged.boolean_mask(tgt_ids, keep))
 
-    batches = pairs.batch(batch_size).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+    def sample(position, pair):
+        return tokenize(*pair, segmenter=sampler.at(position))
+
+    batches = pairs.batch(batch_size)
+    if sampler is None:
+        batches = batches.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        batches = batches.enumerate().map(sample, num_parallel_calls=tf.data.AUTOTUNE)
     return unbatch_examples(batches)
 
 
@@ -317,11 +337,12 @@ def train_dataset(
     seed: int | None = None,
     repeat: bool = True,
     max_line_bytes: int | None = None,
+    sampler: SubwordSampler | None = None,
 ) -> tf.data.Dataset:
     """The training pipeline: shuffle, repeat, tokenize, filter, batch by length (§5.1).
 
     Tokenizes on every epoch; :func:`tfxformer.data.token_cache.train_dataset` gives the
-    same batches from token ids saved once.
+    same batches from token ids saved once (not with `sampler`, which needs the text).
 
     Args:
         pairs: dataset of `(src, tgt)` strings, e.g. `corpus.train.dataset()`.
@@ -338,6 +359,9 @@ def train_dataset(
         repeat: repeat forever (training); if False, one epoch, last partial batches
             dropped.
         max_line_bytes: see :func:`tokenize_pairs`.
+        sampler: subword regularisation (:func:`tokenize_pairs`): each read of a pair
+            samples a segmentation, seeded by the sampler's seed and the position in the
+            shuffled, repeated stream (a checkpoint of the iterator saves it).
 
     Returns:
         dataset of `((source_ids, decoder_input_ids), labels)`, int32 `(B, L)` each.
@@ -345,7 +369,7 @@ def train_dataset(
     bucket_plan(batch_tokens, max_length, num_replicas, bucket_step)  # errors first
     pairs = order_for_training(pairs, shuffle_buffer=shuffle_buffer, seed=seed, repeat=repeat)
     examples = tokenize_pairs(pairs, tokenizer, max_length=max_length,
-                              max_line_bytes=max_line_bytes)
+                              max_line_bytes=max_line_bytes, sampler=sampler)
     return batches_for_training(examples, batch_tokens=batch_tokens, max_length=max_length,
                                 num_replicas=num_replicas, bucket_step=bucket_step)
 

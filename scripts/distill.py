@@ -1,0 +1,161 @@
+#!/usr/bin/env python
+"""Make training data with teachers: sequence-level distillation and data diversification.
+
+Translates the training split of a text folder with one or more teachers (SavedModel
+exports, ensemble exports, run dirs) into a new text folder that `scripts/train_wmt.py
+--data OUT` trains on; validation and test files are copied unchanged.
+
+    # Kim & Rush (2016): the student learns the teacher's beam-search outputs
+    python scripts/distill.py --data ../shared/data/multi30k --src en --tgt de \\
+        --teacher saved_models/multi30k_en_de --out runs/m30k_distilled
+    # Nguyen et al. (2020): forward and backward teachers, with the original pairs
+    python scripts/distill.py --data ../shared/data/multi30k --src en --tgt de \\
+        --teacher runs/en_de_a --teacher runs/en_de_b --reverse-teacher runs/de_en_a \\
+        --keep-original --out runs/m30k_diversified
+
+Work goes in chunks to OUT/.chunks/; rerunning the same command after a kill keeps the
+finished chunks and translates the rest. What was done: OUT/distill.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from tfxformer import cli  # noqa: E402
+
+
+def build_parser():
+    from tfxformer.config import DecodingOptions  # plain settings: no TensorFlow yet
+
+    defaults = DecodingOptions()
+    parser = argparse.ArgumentParser(
+        prog="python scripts/distill.py", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, metavar="DIR",
+                        help="text folder to distill: train.SRC, train.TGT, val.SRC, val.TGT "
+                             "and optional test pairs (.gz accepted)")
+    parser.add_argument("--src", default="en", help="source language, a file suffix "
+                        "(default: %(default)s)")
+    parser.add_argument("--tgt", default="de", help="target language, a file suffix "
+                        "(default: %(default)s)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="text folder to write (created; rerun the same command to resume)")
+    parser.add_argument("--teacher", action="append", default=[], metavar="MODEL",
+                        help="forward teacher SRC -> TGT, giving the pairs (source, "
+                             "teacher(source)): a SavedModel version dir, an export dir "
+                             "(highest version), an ensemble export or a run dir; repeat for "
+                             "several")
+    parser.add_argument("--reverse-teacher", action="append", default=[], metavar="MODEL",
+                        help="backward teacher TGT -> SRC, giving the pairs "
+                             "(teacher(target), target), as --teacher; repeat for several")
+    parser.add_argument("--keep-original", action="store_true",
+                        help="also keep the original training pairs (data diversification "
+                             "trains on the union)")
+    parser.add_argument("--beam-size", type=cli.int_at_least(1), metavar="N",
+                        help="beam size, 1 = greedy (default: a SavedModel's own, else "
+                             f"{defaults.beam_size})")
+    parser.add_argument("--alpha", type=cli.non_negative_float, metavar="A",
+                        help="length penalty exponent α in ((5 + |Y|) / 6)^α (default: a "
+                             f"SavedModel's own, else {defaults.alpha})")
+    parser.add_argument("--extra-length", type=cli.int_at_least(0), metavar="N",
+                        help="maximum output length = source tokens + N (default: a "
+                             f"SavedModel's own, else {defaults.extra_length})")
+    parser.add_argument("--batch-size", type=cli.int_at_least(1), default=defaults.batch_size,
+                        metavar="N", help="sentences per translation call (default: "
+                        "%(default)s)")
+    parser.add_argument("--chunk-lines", type=cli.int_at_least(1), default=2000, metavar="N",
+                        help="training pairs per chunk, sorted by length inside it; a kill "
+                             "loses at most one chunk (default: %(default)s)")
+    parser.add_argument("--limit", type=cli.int_at_least(1), metavar="N",
+                        help="distill only the first N training pairs, for a trial (its "
+                             "complete chunks are reused by a later run without --limit)")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                        help="compute type of run-dir teachers; a SavedModel computes as it "
+                             "was exported (default: %(default)s)")
+    return parser
+
+
+def _teacher_record(path):
+    """(kind, resolved path, RunRecord) of the model at `path`, reading its config only."""
+    from tfxformer.rundir import CONFIG_FILENAME, RunRecord
+    from tfxformer.serving import resolve_model_dir
+
+    kind, resolved = resolve_model_dir(path)
+    config = os.path.join(resolved, *(() if kind == "run_dir" else ("assets",)),
+                          CONFIG_FILENAME)
+    if not os.path.isfile(config):
+        raise FileNotFoundError(f"Teacher {path!r} has no {config}: its languages are unknown; "
+                                "export it with scripts/export.py.")
+    with open(config, encoding="utf-8") as f:
+        return kind, resolved, RunRecord.from_dict(json.load(f))
+
+
+def make_teacher(path, reverse, args):
+    """A :class:`tfxformer.data.distill.Teacher` for `path`, its direction checked now and
+    its model loaded only when a chunk is left to translate."""
+    from tfxformer.data.distill import Teacher, check_direction
+    from tfxformer.rundir import find_checkpoint
+    from tfxformer.serving import load_translate_fn
+
+    kind, resolved, record = _teacher_record(path)
+    language = check_direction(path, record.src, record.tgt, record.target_languages,
+                               args.src, args.tgt, reverse)
+    settings = dict(model=os.path.abspath(resolved), kind=kind, beam_size=args.beam_size,
+                    alpha=args.alpha, extra_length=args.extra_length,
+                    target_language=language)
+    if kind == "run_dir":
+        checkpoint = find_checkpoint(resolved)
+        settings.update(precision=args.precision, checkpoint=checkpoint and os.path.relpath(
+            checkpoint, resolved))
+    precision = dict(precision=args.precision) if kind == "run_dir" else {}
+
+    def load():
+        translate = load_translate_fn(path, beam_size=args.beam_size, alpha=args.alpha,
+                                      extra_length=args.extra_length,
+                                      batch_size=args.batch_size, target_language=language,
+                                      **precision)
+        print(f"\n{'reverse' if reverse else 'forward'} teacher {translate.describe()}",
+              file=sys.stderr)
+        return translate
+
+    return Teacher(name=os.path.normpath(path), load=load, reverse=reverse, settings=settings)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.teacher and not args.reverse_teacher:
+        parser.error("give at least one --teacher or --reverse-teacher")
+    from tfxformer.data.distill import distill_folder
+
+    start = time.perf_counter()
+    try:
+        teachers = [make_teacher(p, False, args) for p in args.teacher] + \
+                   [make_teacher(p, True, args) for p in args.reverse_teacher]
+        record = distill_folder(args.data, args.out, teachers, src=args.src, tgt=args.tgt,
+                                keep_original=args.keep_original,
+                                chunk_lines=args.chunk_lines, limit=args.limit)
+    except (OSError, ValueError) as error:
+        print(f"distill.py: error: {error}", file=sys.stderr)
+        return 2
+    for teacher in record["teachers"]:
+        lines, seconds = teacher["translated_now"], teacher["seconds_now"]
+        rate = f", {lines / seconds:.2f} sentences/s" if seconds else ""
+        print(f"{teacher['direction']} {teacher['name']}: {teacher['pairs']} pairs, "
+              f"{lines} translated now in {seconds:.1f} s{rate}, "
+              f"{teacher['empty_translations']} empty", file=sys.stderr)
+    print(f"wrote {record['train_pairs']} training pairs to "
+          f"{os.path.join(args.out, f'train.{{{args.src},{args.tgt}}}')} in "
+          f"{time.perf_counter() - start:.1f} s; train with: python scripts/train_wmt.py "
+          f"--data {args.out} --src {args.src} --tgt {args.tgt} ...")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
