@@ -3,14 +3,23 @@ the shared data folder, and the `slow` tier.
 
 Tests marked `slow` (`pytest.ini`) train, spawn processes, compile C++ or run an export script
 end to end; `pytest -m "not slow"` runs the rest, the inner loop of a change; CI runs everything.
+
+What several files need is built once per session and shared, also by the pytest-xdist
+workers (`shared_build`): the tiny SentencePiece model (`spm_model`), an untrained tiny
+model's export (`tiny_export`), a small trained run dir with its export
+(`one_replica_reference`) and the one-worker reference of the two-worker tests. A test that
+changes one of them works on a copy.
 """
 
+import json
 import os
+import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from filelock import FileLock  # noqa: E402
 
 # The paper trained on 8 GPUs; tests split the CPU into 8 logical devices instead. This must
 # happen before TensorFlow initialises its devices, i.e. before any op runs.
@@ -65,3 +74,142 @@ def strategy_over(num_replicas):
 
     names = [d.name for d in tf.config.list_logical_devices("CPU")][:num_replicas]
     return mirrored_strategy(tuple(names))
+
+
+# --- builds shared by the test files (and by the pytest-xdist workers) of one session ------
+
+def shared_build(tmp_path_factory, name, build):
+    """The folder `name`, filled by `build(folder)` once per test session and shared by every
+    test file and xdist worker (pytest-xdist's "Making session-scoped fixtures execute only
+    once": a file lock in the folder the workers' base temp dirs share). A build that raised
+    is retried by the next caller. Tests that change what they get copy it first."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, above popen-gw0, popen-gw1, ...
+    folder = base / "shared" / name
+    with FileLock(str(base / f"shared-{name}.lock")):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def spm_model(tmp_path_factory):
+    """test_serving.train_sentencepiece()'s tiny BPE model (vocabulary 320), trained once."""
+    def build(folder):
+        from test_serving import train_sentencepiece
+
+        (folder / "spm.model").write_bytes(train_sentencepiece())
+
+    return (shared_build(tmp_path_factory, "spm_model", build) / "spm.model").read_bytes()
+
+
+TINY_EXPORT_OPTIONS = dict(beam_size=3, extra_length=4, max_batch_size=3)
+TINY_EXPORT_POSITIONS = 48
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tmp_path_factory, spm_model):
+    """The version dir (<base>/1) of an untrained tiny model's translator (vocabulary 320 of
+    `spm_model`, TINY_EXPORT_POSITIONS positions; TINY_EXPORT_OPTIONS; config src en, tgt
+    de), exported once per session. Read-only: a test that adds versions copies <base>."""
+    def build(folder):
+        from tfxformer import Transformer
+        from tfxformer.serving import Translator, export_translator
+
+        tf.random.set_seed(3)
+        model = Transformer.from_preset("tiny", vocab_size=320,
+                                        max_positions=TINY_EXPORT_POSITIONS)
+        version = export_translator(Translator(model, spm_model, **TINY_EXPORT_OPTIONS),
+                                    str(folder / "tiny"), config={"src": "en", "tgt": "de"})
+        (folder / "version.txt").write_text(os.path.relpath(version, folder))
+
+    folder = shared_build(tmp_path_factory, "tiny_export", build)
+    return str(folder / (folder / "version.txt").read_text())
+
+
+def tiny_export_translator(version, spm_model):
+    """The in-process Translator of `tiny_export`: its weights, its options."""
+    from tfxformer import Transformer
+    from tfxformer.serving import Translator
+
+    return Translator(Transformer.from_preset(version), spm_model, **TINY_EXPORT_OPTIONS)
+
+
+def _reference_run(folder, steps, export=False, **flags):
+    """Trains scripts/train_wmt.py's tiny deterministic run of `steps` updates (a log line
+    and loss scalar every update) on test_reliability.tiny_corpus in `folder` (and exports
+    it to folder/export with `export`); writes reference.json: {"final": the script's last
+    JSON line, "losses": [loss of update 1..]}."""
+    import contextlib
+    import importlib.util
+    import io
+
+    from test_reliability import ROOT, script_args, tiny_corpus, train_wmt
+
+    corpus = tiny_corpus(folder / "data")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if export:
+            flags["export_dir"] = str(folder / "export")
+        assert train_wmt.main(script_args(corpus, str(folder / "run"), steps,
+                                          deterministic=True, **flags)) == 0
+    spec = importlib.util.spec_from_file_location(
+        "plot_training", os.path.join(ROOT, "scripts", "plot_training.py"))
+    plot_training = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot_training)
+    losses = plot_training.read_scalars(str(folder / "run" / "logs"))["loss"]
+    assert [step for step, _ in losses] == list(range(1, steps + 1))
+    (folder / "reference.json").write_text(json.dumps({
+        "final": json.loads(out.getvalue().strip().splitlines()[-1]),
+        "losses": [loss for _, loss in losses]}))
+
+
+def _reference(tmp_path_factory, name, steps, **flags):
+    folder = shared_build(tmp_path_factory, name,
+                          lambda folder: _reference_run(folder, steps, **flags))
+    return {"corpus": str(folder / "data"), "run": str(folder / "run"),
+            "export": str(folder / "export"),
+            **json.loads((folder / "reference.json").read_text())}
+
+
+@pytest.fixture(scope="session")
+def one_replica_reference(tmp_path_factory):
+    """One small trained run dir and its export, trained once: test_reliability.script_args's
+    tiny run, deterministic, 30 updates on one replica, every checkpoint (ckpt-2 ...
+    ckpt-30) kept, the last 2 averaged (averaged/ckpt-30), exported by the script. The
+    uninterrupted run of the kill and token-cache tests, the source of test_pretrained.py.
+    Read-only: copy the run dir to change it. {"corpus", "run", "export", "final": the
+    last JSON line (the loss of update 30), "losses": [loss of update 1..30] (float32)}."""
+    return _reference(tmp_path_factory, "one_replica_reference", 30, keep_checkpoints=15,
+                      average_last=2, export=True)
+
+
+@pytest.fixture(scope="session")
+def one_worker_reference(tmp_path_factory):
+    """The run the two-worker tests (test_multiworker*.py) must equal, trained once: as
+    `one_replica_reference` but 8 updates on one worker with 2 replicas, one update per
+    call."""
+    return _reference(tmp_path_factory, "one_worker_reference", 8, cpu_devices=2,
+                      steps_per_loop=1)
+
+
+# The longest files first, so that `pytest -n 2 --dist loadfile` (scripts/test.sh) does not
+# start one of them last while the other worker idles: first a builder of each shared build
+# above (one_replica_reference, one_worker_reference, tiny_export), then the files that
+# use them, then the rest in their usual order.
+LONGEST_FIRST = (
+    "test_reliability_kill.py", "test_multiworker.py", "test_serving.py",
+    "test_pretrained.py", "test_reliability.py", "test_token_cache.py", "test_training.py",
+    "test_reliability_multiworker_loop.py", "test_serving_run_dir.py", "test_trainer.py",
+    "test_shortlist.py", "test_multilingual.py", "test_ensemble.py", "test_serving_cpp.py",
+    "test_reliability_serving.py", "test_decoding.py", "test_layers.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files whole

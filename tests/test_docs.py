@@ -22,8 +22,9 @@ DOCS = sorted([os.path.join(ROOT, "README.md"), os.path.join(ROOT, "bench", "REA
                *glob.glob(os.path.join(ROOT, "saved_models", "*", "README.md"))])
 # `python scripts/NAME.py ...` or `python bench/NAME.py ...` up to the end of the command.
 COMMAND = re.compile(r"python (?P<script>(?:scripts|bench)/[a-z0-9_/]+\.py)(?P<args>[^`|<>;&#\n]*)")
-# Scripts whose --help needs more than the project venv (CTranslate2's own venv).
-OTHER_VENV = {"bench/ct2_peer.py"}
+# Scripts whose --help needs more than the project venv with its test extra (none now:
+# CTranslate2 is in the test extra).
+OTHER_VENV = set()
 
 
 def _read(path):
@@ -104,6 +105,38 @@ def test_relative_links_point_at_files():
                     os.path.join(os.path.dirname(path), target)):
                 broken.append(f"{os.path.relpath(path, ROOT)}: {target}")
     assert not broken, "links to missing files:\n" + "\n".join(broken)
+
+
+def _expand_braces(name):
+    """`a_{x,y}.log` -> [`a_x.log`, `a_y.log`] (as the docs abbreviate sibling logs)."""
+    match = re.search(r"\{([^}]*)\}", name)
+    if not match:
+        return [name]
+    return [full for part in match[1].split(",")
+            for full in _expand_braces(name[:match.start()] + part + name[match.end():])]
+
+
+def test_cited_bench_logs_exist():
+    """Every log under bench/results/ that a document cites is in the tree: a path
+    `bench/results/...` anywhere (not `COMMIT:bench/results/...`, which git keeps), and in
+    bench/README.md above its Studies also `results/...` and a bare `NAME.log`."""
+    results = os.path.join(ROOT, "bench", "results")
+    in_tree = {os.path.relpath(os.path.join(folder, f), results)
+               for folder, _, files in os.walk(results) for f in files}
+    names = {os.path.basename(p) for p in in_tree}
+    cited, missing = 0, []
+    for path in DOCS:
+        text = _read(path)
+        found = re.findall(r"(?<![:\w/])bench/results/([\w./{},-]*\w)", text)
+        if os.path.relpath(path, ROOT) == os.path.join("bench", "README.md"):
+            text = text.split("\n## Studies")[0]
+            found += re.findall(r"`(?:results/)?([\w./{},-]+\.(?:log|jsonl))`", text)
+        for name in (n for entry in found for n in _expand_braces(entry)):
+            cited += 1
+            if name not in (in_tree if "/" in name else names):
+                missing.append(f"{os.path.relpath(path, ROOT)}: {name}")
+    assert cited >= 20, f"found only {cited} log citations: has the docs' form changed?"
+    assert not missing, "cited logs missing from bench/results/:\n" + "\n".join(missing)
 
 
 def _version_cells(path):

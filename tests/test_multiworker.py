@@ -23,7 +23,6 @@ from test_reliability import (
     model_tensors,
     script_args,
     tiny_corpus,
-    train_wmt,
 )
 
 pytestmark = pytest.mark.slow  # spawns two training processes
@@ -79,13 +78,12 @@ def _wait_for_checkpoint(model_dir, processes, name):
         time.sleep(0.05)
 
 
-def test_two_workers_train_like_one_survive_a_lost_worker_and_resume(tmp_path, capsys):
+def test_two_workers_train_like_one_survive_a_lost_worker_and_resume(tmp_path,
+                                                                     one_worker_reference):
+    """Against conftest's one-worker reference (8 updates, 2 replicas, a log line each)."""
     corpus = tiny_corpus(tmp_path / "data")
-    one = str(tmp_path / "one_worker")
-    capsys.readouterr()
-    assert train_wmt.main(script_args(corpus, one, STEPS, cpu_devices=2,
-                                      deterministic=True)) == 0
-    reference = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    one, reference = one_worker_reference["run"], one_worker_reference["final"]
+    assert reference["step"] == STEPS
     model_dir = str(tmp_path / "two_workers")
     args = script_args(corpus, model_dir, STEPS, deterministic=True)
 

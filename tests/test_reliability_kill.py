@@ -26,7 +26,6 @@ from test_reliability import (
     model_tensors,
     script_args,
     tiny_corpus,
-    train_wmt,
 )
 
 pytestmark = pytest.mark.slow  # kills and restarts training processes
@@ -81,13 +80,13 @@ def _kill_during_a_save(process, model_dir):
     raise AssertionError(f"no checkpoint save seen before the run ended ({process.poll()})")
 
 
-def test_sigkill_anywhere_then_restart_ends_like_an_unbroken_run(tmp_path, capsys):
+def test_sigkill_anywhere_then_restart_ends_like_an_unbroken_run(tmp_path,
+                                                                 one_replica_reference):
+    """The unbroken run is conftest's `one_replica_reference` (the same flags, 30 updates,
+    every checkpoint kept)."""
     corpus = tiny_corpus(tmp_path / "data")
-    args = script_args(corpus, str(tmp_path / "straight"), STEPS, keep_checkpoints=KEEP,
-                       deterministic=True)
-    capsys.readouterr()
-    assert train_wmt.main(args) == 0
-    reference = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    straight, reference = one_replica_reference["run"], one_replica_reference["final"]
+    assert reference["step"] == STEPS
     model_dir = str(tmp_path / "killed")
     args = script_args(corpus, model_dir, STEPS, keep_checkpoints=KEEP, deterministic=True)
 
@@ -119,7 +118,7 @@ def test_sigkill_anywhere_then_restart_ends_like_an_unbroken_run(tmp_path, capsy
     assert checkpoint_state(model_dir) == (f"ckpt-{STEPS}",
                                            [f"ckpt-{STEPS - 4}", f"ckpt-{STEPS - 2}",
                                             f"ckpt-{STEPS}"])
-    straight = model_tensors(str(tmp_path / "straight"), f"ckpt-{STEPS}")
+    straight = model_tensors(straight, f"ckpt-{STEPS}")
     resumed = model_tensors(model_dir, f"ckpt-{STEPS}")
     assert sorted(straight) == sorted(resumed) and any("model_state/" in k for k in straight)
     for key, value in straight.items():

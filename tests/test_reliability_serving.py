@@ -7,12 +7,9 @@ tf.saved_model.load, as a server would; hypothesis then feeds its serving signat
 
 import pytest
 import tensorflow as tf
+from conftest import TINY_EXPORT_OPTIONS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_serving import train_sentencepiece
-
-from tfxformer import Transformer
-from tfxformer.serving import Translator, export_translator
 
 # Chunks of 3 sentences: a batch of up to 7 inputs is padded, sorted and cut into several
 # chunks, and every output must still come back to its input's place.
@@ -22,14 +19,11 @@ PROPERTY = settings(max_examples=30, deadline=None, database=None,
 
 
 @pytest.fixture(scope="module")
-def serve(tmp_path_factory):
-    """The loaded SavedModel's serving_default: list of str/bytes -> list of bytes."""
-    tf.random.set_seed(11)
-    model = Transformer.from_preset("tiny", vocab_size=320, max_positions=32)
-    translator = Translator(model, train_sentencepiece(), beam_size=2, extra_length=3,
-                            max_batch_size=MAX_BATCH_SIZE)
-    path = export_translator(translator, str(tmp_path_factory.mktemp("export") / "tiny"))
-    signature = tf.saved_model.load(path).signatures["serving_default"]
+def serve(tiny_export):
+    """The loaded SavedModel's serving_default (conftest's tiny export: an untrained tiny
+    model, chunks of MAX_BATCH_SIZE): list of str/bytes -> list of bytes."""
+    assert TINY_EXPORT_OPTIONS["max_batch_size"] == MAX_BATCH_SIZE
+    signature = tf.saved_model.load(tiny_export).signatures["serving_default"]
 
     def translate(texts):
         out = signature(text=tf.constant(texts, tf.string))

@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -193,25 +194,27 @@ def test_ids_are_uint16_while_the_vocabulary_fits(corpus, tokenizer, tmp_path):
 
 
 @pytest.mark.slow
-def test_train_wmt_with_and_without_the_cache_trains_alike(tmp_path, capsys):
-    """The real path: the same weights and loss with --token-cache (the default) and
-    --no-token-cache; the cache's counts are logged as the length check's; a rerun reuses
-    the cache, and one with another --max-length rebuilds it."""
-    from test_reliability import model_tensors, script_args, tiny_corpus, train_wmt
+def test_train_wmt_with_and_without_the_cache_trains_alike(tmp_path, capsys,
+                                                          one_replica_reference):
+    """The real path: the same weights and loss with --token-cache (the default: conftest's
+    `one_replica_reference`, the same flags) and --no-token-cache; the cache's counts are
+    logged as the length check's; a rerun reuses the cache, and one with another
+    --max-length rebuilds it."""
+    from test_reliability import model_tensors, script_args, train_wmt
 
-    data = tiny_corpus(tmp_path / "data")
-    finals = {}
-    for name, flags in (("cached", []), ("on_the_fly", ["--no-token-cache"])):
-        capsys.readouterr()
-        args = script_args(data, str(tmp_path / name), 6, deterministic=True) + flags
-        assert train_wmt.main(args) == 0
-        finals[name] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert finals["cached"]["loss"] == finals["on_the_fly"]["loss"]
-    cached, plain = (model_tensors(str(tmp_path / n), "ckpt-6") for n in finals)
+    data, reference = one_replica_reference["corpus"], one_replica_reference["run"]
+    capsys.readouterr()
+    args = script_args(data, str(tmp_path / "on_the_fly"), 6, deterministic=True)
+    assert train_wmt.main(args + ["--no-token-cache"]) == 0
+    plain_final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert plain_final["step"] == 6  # the reference's loss of update 6 is a float32 scalar
+    assert np.float32(plain_final["loss"]) == np.float32(one_replica_reference["losses"][5])
+    cached, plain = (model_tensors(run, "ckpt-6") for run in (reference,
+                                                              str(tmp_path / "on_the_fly")))
     for key, value in plain.items():
         np.testing.assert_array_equal(cached[key], value, err_msg=key)
     assert not os.path.exists(tmp_path / "on_the_fly" / "token_cache")
-    with open(tmp_path / "cached" / "train.log", encoding="utf-8") as f:
+    with open(os.path.join(reference, "train.log"), encoding="utf-8") as f:
         log = f.read()
     with open(tmp_path / "on_the_fly" / "train.log", encoding="utf-8") as f:
         plain_log = f.read()
@@ -219,8 +222,9 @@ def test_train_wmt_with_and_without_the_cache_trains_alike(tmp_path, capsys):
                    if "Data filter:" in line]
     assert len(filter_line) == 1 and filter_line[0] in log and "Token cache: wrote" in log
     run = str(tmp_path / "cached")
-    assert train_wmt.main(script_args(data, run, 8)) == 0  # resumes, reads the cache
-    assert train_wmt.main(script_args(data, run, 10, max_length=40)) == 0
+    shutil.copytree(reference, run)
+    assert train_wmt.main(script_args(data, run, 32)) == 0  # resumes, reads the cache
+    assert train_wmt.main(script_args(data, run, 34, max_length=40)) == 0
     with open(tmp_path / "cached" / "train.log", encoding="utf-8") as f:
         log = f.read()
     assert log.count("Token cache: using") == 1 and log.count("Token cache: wrote") == 2
