@@ -41,7 +41,7 @@ def parse_args(argv=None):
                              "version taken), a trained run dir with checkpoints, or a "
                              "CTranslate2 model directory of scripts/export.py --format "
                              "ctranslate2")
-    from tfxformer.config import DecodingOptions  # plain settings: no TensorFlow yet
+    from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES, DecodingOptions
 
     defaults = DecodingOptions()
     parser.add_argument("--beam-size", type=cli.int_at_least(1), metavar="N",
@@ -59,6 +59,15 @@ def parse_args(argv=None):
     parser.add_argument("--target-language", metavar="LANG",
                         help="the language a multilingual model translates into (one of "
                              "its target languages, e.g. de; required for such a model)")
+    parser.add_argument("--stopping", choices=STOPPING_RULES,
+                        help="beam search's stopping rule, for a run dir: 'finished' (a "
+                             "sentence ends once beam-size hypotheses have ended) or 'bound' "
+                             "(once no alive hypothesis can still win); a SavedModel's is "
+                             "fixed when exported (default: the model's)")
+    parser.add_argument("--length-normalization", choices=LENGTH_NORMALIZATIONS,
+                        help="a finished hypothesis' score, for a run dir: 'gnmt' (log P / "
+                             "((5 + |Y|) / 6)^alpha) or 'length' (log P / |Y|^alpha, "
+                             "CTranslate2's); a SavedModel's is fixed (default: the model's)")
     ct2 = parser.add_argument_group("CTranslate2", "for a CTranslate2 model directory only")
     ct2.add_argument("--compute-type", metavar="TYPE",
                      help="CTranslate2's compute type: default (the type its weights were "
@@ -128,10 +137,13 @@ def load(args):
     from tfxformer.serving.ctranslate2 import is_ctranslate2_dir, load_translate_fn
 
     if args.sampling_topk is None:  # any model dir, CTranslate2's too
+        rules = {k: v for k, v in (("stopping", args.stopping),
+                                   ("length_normalization", args.length_normalization)) if v}
         return load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
                                  extra_length=args.extra_length, batch_size=args.batch_size,
                                  target_language=args.target_language,
-                                 compute_type=args.compute_type, threads=args.threads)
+                                 compute_type=args.compute_type, threads=args.threads,
+                                 **rules)
     if is_ctranslate2_dir(args.model) or args.compute_type or args.threads:
         raise ValueError("--sampling-topk samples with a SavedModel or run dir; a CTranslate2 "
                          "model (--compute-type, --threads) translates with beam search.")
