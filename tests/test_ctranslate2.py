@@ -23,7 +23,8 @@ from tfxformer.serving import ctranslate2_export as ct2_export
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = os.path.join(ROOT, "saved_models", "multi30k_en_de")
-SPM = os.path.join(SHIPPED, "5", "assets", "spm.model")
+SPM = os.path.join(SHIPPED, str(max(int(v) for v in os.listdir(SHIPPED) if v.isdigit())),
+                   "assets", "spm.model")
 INSTALL = 'pip install -e ".[ctranslate2]"'
 
 
