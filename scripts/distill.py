@@ -20,7 +20,6 @@ finished chunks and translates the rest. What was done: OUT/distill.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -83,17 +82,14 @@ def build_parser():
 
 def _teacher_record(path):
     """(kind, resolved path, RunRecord) of the model at `path`, reading its config only."""
-    from tfxformer.rundir import CONFIG_FILENAME, RunRecord
-    from tfxformer.serving import resolve_model_dir
+    from tfxformer.locate import read_record, resolve_model_dir
 
     kind, resolved = resolve_model_dir(path)
-    config = os.path.join(resolved, *(() if kind == "run_dir" else ("assets",)),
-                          CONFIG_FILENAME)
-    if not os.path.isfile(config):
-        raise FileNotFoundError(f"Teacher {path!r} has no {config}: its languages are unknown; "
-                                "export it with scripts/export.py.")
-    with open(config, encoding="utf-8") as f:
-        return kind, resolved, RunRecord.from_dict(json.load(f))
+    record = read_record(kind, resolved)
+    if record is None:
+        raise FileNotFoundError(f"Teacher {path!r} has no config.json: its languages are "
+                                "unknown; export it with scripts/export.py.")
+    return kind, resolved, record
 
 
 def make_teacher(path, reverse, args):

@@ -25,7 +25,7 @@ from tfxformer import rundir
 from tfxformer.config import PRESETS, ModelConfig
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 
-__all__ = ["KINDS", "Source", "is_model_path", "resolve", "resolve_model_dir",
+__all__ = ["KINDS", "Source", "is_model_path", "read_record", "resolve", "resolve_model_dir",
            "saved_model_versions", "target_languages_of"]
 
 WEIGHTS_FILENAME = "model.weights.h5"
@@ -69,17 +69,23 @@ def resolve_model_dir(path):
         f"(with {CONFIG_FILENAME}, {SPM_FILENAME} and checkpoints/).")
 
 
+def read_record(kind: str, path: str) -> RunRecord | None:
+    """The :class:`RunRecord` of a run dir's config.json (`kind` "run_dir") or of a
+    SavedModel version dir's config.json asset (an ensemble export's included), or None
+    where there is none."""
+    config = os.path.join(path, *(() if kind == "run_dir" else ("assets",)), CONFIG_FILENAME)
+    if not os.path.isfile(config):
+        return None
+    with open(config, encoding="utf-8") as f:
+        return RunRecord.from_dict(json.load(f))
+
+
 def target_languages_of(path) -> tuple[str, ...]:
     """The target languages of the multilingual model at `path` (a SavedModel version or
     export dir, or a run dir; read from its config.json), or () for a model of one target.
     Raises FileNotFoundError as :func:`resolve_model_dir`."""
-    kind, resolved = resolve_model_dir(path)
-    where = resolved if kind == "run_dir" else os.path.join(resolved, "assets")
-    config = os.path.join(where, CONFIG_FILENAME)
-    if not os.path.isfile(config):
-        return ()
-    with open(config, encoding="utf-8") as f:
-        return RunRecord.from_dict(json.load(f)).target_languages
+    record = read_record(*resolve_model_dir(path))
+    return () if record is None else record.target_languages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +109,13 @@ class Source:
                 "`model.save_to_preset(dir, tokenizer=...)`.")
         with open(self.spm_path, "rb") as f:
             return f.read()
+
+    def record(self) -> RunRecord:
+        """Its :class:`RunRecord`: a run dir's config.json, a SavedModel's config asset, or
+        a preset dir's model and preset."""
+        if self.kind == "preset":
+            return RunRecord(model=self.model, preset=self.preset)
+        return read_record(self.kind, self.path)
 
     @property
     def label(self) -> str:

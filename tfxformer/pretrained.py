@@ -182,8 +182,7 @@ def load_saved_model_weights(cls, version_dir, precision="fp32"):
             config's model (:func:`assign_weights`).
     """
     source = resolve(version_dir)
-    with open(os.path.join(source.path, "assets", CONFIG_FILENAME), encoding="utf-8") as f:
-        record = RunRecord.from_dict(json.load(f))
+    record = source.record()
     load_sentencepiece_ops()  # the translator's graph holds the SentencePiece ops
     saved = tf.saved_model.load(source.path)
     if not hasattr(saved, "model_variables"):

@@ -33,12 +33,11 @@ import tempfile
 import numpy as np
 import sentencepiece
 
-from tfxformer import locate, pretrained, rundir
+from tfxformer import locate, pretrained
 from tfxformer.config import POSITION_EMBEDDINGS, DecodingOptions, ModelConfig
 from tfxformer.ids import SPM_FILENAME
 from tfxformer.layers.position import sinusoidal_encoding
 from tfxformer.models.transformer import Transformer
-from tfxformer.rundir import CONFIG_FILENAME, RunRecord
 from tfxformer.serving.ctranslate2 import (
     FORMAT,
     FORMAT_VERSION,
@@ -170,13 +169,7 @@ def _loaded(path, checkpoint=None):
     """(model config, {weight key: array}, RunRecord, spm bytes, source) of the trained
     model at `path` (SavedModel, run dir or preset dir; :func:`tfxformer.locate.resolve`)."""
     source = locate.resolve(path)
-    if source.kind == "run_dir":
-        record = RunRecord.from_dict(rundir.read_config(source.path))
-    elif source.kind == "saved_model":
-        record = RunRecord.from_dict(locate.read_json(
-            os.path.join(source.path, "assets", CONFIG_FILENAME), "an export's config.json"))
-    else:
-        record = RunRecord(model=source.model, preset=source.preset)
+    record = source.record()
     check_convertible(record.model, record.target_languages, bool(record.export.get(
         "ensemble")))
     if checkpoint is not None:

@@ -46,7 +46,7 @@ import tempfile
 
 import tensorflow as tf
 
-from tfxformer import checks, locate, pretrained, rundir
+from tfxformer import checks, locate, pretrained
 from tfxformer.config import PRECISION_POLICIES
 from tfxformer.decoding.shortlist import build_shortlist_table
 from tfxformer.locate import saved_model_versions
@@ -341,17 +341,6 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
                              num_batch_threads=num_batch_threads)
 
 
-def _member_record(source):
-    """The :class:`RunRecord` of a trained model (a :class:`tfxformer.locate.Source`):
-    its run dir's config.json, its SavedModel's config asset, or a preset dir's model."""
-    if source.kind == "run_dir":
-        return RunRecord.from_dict(rundir.read_config(source.path))
-    if source.kind == "saved_model":
-        with open(os.path.join(source.path, "assets", CONFIG_FILENAME), encoding="utf-8") as f:
-            return RunRecord.from_dict(json.load(f))
-    return RunRecord(model=source.model, preset=source.preset)
-
-
 def _source_name(path):
     """A member's `source` in config.json: the last component of its path (after the
     export dir's name for a version dir: "en_de/3")."""
@@ -409,7 +398,7 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
     spm_bytes = _check_vocabularies(paths, sources)
     dtype = {} if precision == "fp32" else {"dtype": PRECISION_POLICIES[precision]}
     models = [pretrained.load_model(Transformer, p, **dtype) for p in paths]
-    record = _member_record(sources[0])
+    record = sources[0].record()
     options = _with_source_options(record, dict(
         beam_size=beam_size, alpha=alpha, extra_length=extra_length, stopping=stopping,
         length_normalization=length_normalization,
