@@ -1,9 +1,8 @@
 """BLEU both ways (scripts/bleu.py): sacreBLEU and the paper's compound-split tokenized BLEU."""
 
+import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import sacrebleu
@@ -20,6 +19,16 @@ from tfxformer.bleu import (
 
 NEWSTEST = os.path.join(SHARED_DATA, "wmt14", "newstest2014.de")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _script(name):
+    """scripts/<name>.py as a module: its main(argv) runs in this process (a subprocess
+    would spend its time importing TensorFlow; the claims are the scripts' output)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts",
+                                                                     f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_split_compounds_as_get_ende_bleu_sh():
@@ -58,15 +67,14 @@ def test_scores_on_newstest2014():
 
 
 @pytest.mark.slow
-def test_bleu_script(tmp_path):
+def test_bleu_script(tmp_path, capsys):
     hyp = tmp_path / "hyp.de"
     with open(NEWSTEST, encoding="utf-8") as f:
         hyp.write_text("".join(line for _, line in zip(range(3003), f, strict=False)),
                        encoding="utf-8")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bleu.py"), "--hyp",
-                          str(hyp), "--ref", NEWSTEST], capture_output=True, text=True,
-                         check=True)
-    scores = json.loads(out.stdout.strip().splitlines()[-1])
+    capsys.readouterr()
+    assert _script("bleu").main(["--hyp", str(hyp), "--ref", NEWSTEST]) == 0
+    scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert scores["bleu"] == pytest.approx(100) and scores["bleu_compound_split"] == \
         pytest.approx(100)
 
@@ -116,19 +124,18 @@ def test_tokenized_bleu_scores_the_text_as_it_is():
 
 
 @pytest.mark.slow
-def test_literature_setup_writes_the_datasets_tokenized_text(tmp_path):
+def test_literature_setup_writes_the_datasets_tokenized_text(tmp_path, capsys):
     """scripts/literature_setup.py: references copied from tok/, training text tokenised
     the same way (lowercased, normalised, escaped)."""
     out = tmp_path / "lc_tok"
-    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "literature_setup.py")
-    subprocess.run([sys.executable, script, "--data", MULTI30K, "--out", str(out),
-                    "--langs", "en", "de", "--splits", "val", "test_2016_flickr"],
-                   check=True, capture_output=True)
+    script = _script("literature_setup")
+    assert script.main(["--data", MULTI30K, "--out", str(out), "--langs", "en", "de",
+                        "--splits", "val", "test_2016_flickr"]) == 0
     shipped = os.path.join(MULTI30K, "tok", "test_2016_flickr.lc.norm.tok.de")
     assert (out / "test_2016_flickr.de").read_text(encoding="utf-8") == \
         open(shipped, encoding="utf-8").read()
     english = (out / "val.en").read_text(encoding="utf-8").splitlines()
     assert len(english) == 1014 and all(line == line.lower() for line in english)
-    missing = subprocess.run([sys.executable, script, "--data", str(tmp_path / "none"),
-                              "--out", str(out)], capture_output=True, text=True)
-    assert missing.returncode == 2 and "is not a folder" in missing.stderr
+    capsys.readouterr()
+    assert script.main(["--data", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert "is not a folder" in capsys.readouterr().err

@@ -239,6 +239,8 @@ def test_growing_and_static_caches_decode_alike(model, beam_size):
     static = beam_search(model, SOURCE, beam_size=beam_size, extra_length=4, static_cache=True)
     np.testing.assert_array_equal(grow.ids, static.ids)
     np.testing.assert_allclose(grow.scores, static.scores, rtol=1e-5, atol=1e-5)
+    if beam_size > 1:
+        return  # greedy does not depend on the beam size: checked once
     greedy = greedy_decode(model, SOURCE, extra_length=4)
     np.testing.assert_array_equal(
         greedy.ids, greedy_decode(model, SOURCE, extra_length=4, static_cache=True).ids)

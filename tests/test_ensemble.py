@@ -114,15 +114,17 @@ TEXTS = ["A dog runs in the park.", "", "Two men are talking.", "Ein Hund."]
 
 
 @pytest.fixture(scope="module")
-def spm_model():
-    from test_serving import train_sentencepiece
-
-    return train_sentencepiece(lines=500)
+def members():
+    return _tiny(3, SPM_VOCAB, max_positions=40), _tiny(4, SPM_VOCAB, max_positions=40)
 
 
 @pytest.fixture(scope="module")
-def members():
-    return _tiny(3, SPM_VOCAB, max_positions=40), _tiny(4, SPM_VOCAB, max_positions=40)
+def ensemble_translator(members, spm_model):
+    """The in-process Translator over both members (conftest's `spm_model`): beam 2, extra
+    length 2, chunks of 3 (what test_ensemble_export_round_trip exports)."""
+    from tfxformer.serving import Translator
+
+    return Translator(list(members), spm_model, beam_size=2, extra_length=2, max_batch_size=3)
 
 
 def _strings(output):
@@ -130,7 +132,8 @@ def _strings(output):
 
 
 @pytest.mark.slow
-def test_translator_over_an_ensemble_captures_every_member(members, spm_model):
+def test_translator_over_an_ensemble_captures_every_member(members, spm_model,
+                                                          ensemble_translator):
     """The same model twice translates as the model; the graph of two members reads the
     variables of both (what the export saves)."""
     from tfxformer.serving import Translator
@@ -138,7 +141,7 @@ def test_translator_over_an_ensemble_captures_every_member(members, spm_model):
     one = Translator(members[0], spm_model, beam_size=2, extra_length=2)
     twice = Translator([members[0], members[0]], spm_model, beam_size=2, extra_length=2)
     assert _strings(twice(tf.constant(TEXTS))) == _strings(one(tf.constant(TEXTS)))
-    both = Translator(list(members), spm_model, beam_size=2, extra_length=2)
+    both = ensemble_translator
     captured = {id(v) for v in both.__call__.get_concrete_function().variables}
     assert captured >= {id(w.value) for m in members for w in m.weights}
     assert both.model == list(members) and one.model is members[0]
@@ -204,7 +207,7 @@ def _run_dir(model, spm_model, path):
 
 
 @pytest.mark.slow
-def test_ensemble_export_round_trip(members, spm_model, tmp_path):
+def test_ensemble_export_round_trip(members, spm_model, ensemble_translator, tmp_path):
     """scripts/export.py --ensemble of a run dir and a preset dir → tf.saved_model.load →
     serving_default gives the in-process ensemble's strings; the export records its
     members and refuses to load as one model."""
@@ -216,7 +219,7 @@ def test_ensemble_export_round_trip(members, spm_model, tmp_path):
     import tensorflow_text  # noqa: F401
     from test_serving import FRESH_PROCESS, _run, load_script
 
-    from tfxformer.serving import Translator, load_translate_fn
+    from tfxformer.serving import load_translate_fn
 
     run = _run_dir(members[0], spm_model, tmp_path / "run")
     preset = _preset_dirs(members, spm_model, tmp_path)[1]
@@ -228,15 +231,14 @@ def test_ensemble_export_round_trip(members, spm_model, tmp_path):
     loaded = tf.saved_model.load(version)
     assert set(loaded.signatures) == {"serving_default", "translate_per_example",
                                       "translate_with_options", "translate_sampled", "score"}
-    expected = Translator(list(members), spm_model, beam_size=2, extra_length=2,
-                          max_batch_size=3)(tf.constant(TEXTS))
+    expected = ensemble_translator(tf.constant(TEXTS))
     served = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
     assert _strings(served) == _strings(expected)
     np.testing.assert_allclose(served["score"].numpy(), expected["score"].numpy(), atol=1e-5)
     assert load_translate_fn(base)(TEXTS) == _strings(expected)
     # A process without tfxformer, and the session loader TF Serving uses, agree.
     inputs = json.dumps([base64.b64encode(t.encode()).decode() for t in TEXTS])
-    fresh = json.loads(_run([sys.executable, "-c", FRESH_PROCESS, version],
+    fresh = json.loads(_run([sys.executable, "-c", FRESH_PROCESS, version, "translation"],
                             input=inputs.encode()).strip().splitlines()[-1])
     assert fresh["translation"] == fresh["session"] == _strings(expected)
     assert not fresh["tfxformer_loaded"] and not fresh["unknown"]

@@ -81,7 +81,8 @@ def test_mixed_bfloat16_is_the_layers_to_bfloat16_rounding(bf16):
 
 
 def _search(model, source, lean_step, beams=3):
-    start = transformer_decoder(model, source, beams, lean=lean_step)
+    # 10 tokens past the source, not 50: an eager search runs every step it may take
+    start = transformer_decoder(model, source, beams, extra_length=10, lean=lean_step)
     return sequence_beam_search(start, beams, 0.6)
 
 
@@ -97,8 +98,8 @@ def test_greedy_and_shortlist_searches_run_on_it():
     model, source = _model(), _source()
     shortlist = np.arange(40)
     assert lean.unsupported(model) is None
-    greedy = greedy_decode(model, source, shortlist=shortlist)
-    beam = beam_search(model, source, beam_size=2, shortlist=shortlist)
+    greedy = greedy_decode(model, source, extra_length=10, shortlist=shortlist)
+    beam = beam_search(model, source, beam_size=2, extra_length=10, shortlist=shortlist)
     assert greedy.ids.numpy().max() < 40 and beam.ids.numpy().max() < 40
 
 

@@ -2,6 +2,7 @@
 `Transformer.from_preset(path)`, `Tokenizer.from_preset(path)`, `save_to_preset`, and
 `scripts/train_wmt.py --init-from`."""
 
+import importlib.util
 import json
 import os
 import re
@@ -50,6 +51,13 @@ def source(one_replica_reference):
     return {"run": run, "export": export, "version": os.path.join(export, "1")}
 
 
+@pytest.fixture(scope="module")
+def exported(source):
+    """Transformer.from_preset of the source's export, loaded once (a SavedModel load is
+    the slow part of these tests). Read-only: tests that train load their own."""
+    return Transformer.from_preset(source["export"])
+
+
 def _checkpoint_model(run, path):
     return pretrained.load_run_dir(Transformer, run, os.path.join(run, path))[0]
 
@@ -76,10 +84,11 @@ def test_from_preset_loads_the_weights_of_a_run_dir_export_and_version_dir(sourc
 
 
 @pytest.mark.slow
-def test_tokenizer_from_preset_is_the_vocabulary_the_model_was_trained_with(source, tmp_path):
+def test_tokenizer_from_preset_is_the_vocabulary_the_model_was_trained_with(source, exported,
+                                                                             tmp_path):
     with open(os.path.join(source["run"], "spm.model"), "rb") as f:
         trained = f.read()
-    Transformer.from_preset(source["export"]).save_to_preset(tmp_path / "preset")
+    exported.save_to_preset(tmp_path / "preset")
     for path in (source["run"], source["export"], source["version"], tmp_path / "preset"):
         tokenizer = Tokenizer.from_preset(path)
         assert tokenizer.spm_bytes == trained
@@ -88,8 +97,8 @@ def test_tokenizer_from_preset_is_the_vocabulary_the_model_was_trained_with(sour
 
 
 @pytest.mark.slow
-def test_save_to_preset_round_trips_weights_config_and_vocabulary(source, tmp_path):
-    model = Transformer.from_preset(source["export"])
+def test_save_to_preset_round_trips_weights_config_and_vocabulary(exported, tmp_path):
+    model = exported
     folder = model.save_to_preset(str(tmp_path / "preset"))
     assert sorted(os.listdir(folder)) == ["config.json", "metadata.json", "model.weights.h5",
                                           "spm.model"]
@@ -119,11 +128,11 @@ def test_save_to_preset_without_a_vocabulary_and_with_a_wrong_one(source, tmp_pa
 
 
 @pytest.mark.slow
-def test_overrides_that_change_no_weight_are_taken(source):
+def test_overrides_that_change_no_weight_are_taken(source, exported):
     model = Transformer.from_preset(source["export"], dropout=0.25, vocab_size=400,
                                     dtype="mixed_bfloat16")
     assert model.get_config()["dropout"] == 0.25 and model.compute_dtype == "bfloat16"
-    _assert_same_weights(model, Transformer.from_preset(source["export"]))
+    _assert_same_weights(model, exported)
 
 
 @pytest.mark.slow
@@ -164,7 +173,8 @@ def test_model_fit_trains_a_loaded_model(source):
     model = Transformer.from_preset(source["export"], dropout=0.0)
     before = model.get_weights()
     model.compile(optimizer=paper_adam(TransformerSchedule(32, warmup_steps=10)),
-                  loss=LabelSmoothedCrossEntropy(0.1))
+                  loss=LabelSmoothedCrossEntropy(0.1),
+                  run_eagerly=True)  # the claim is the loaded weights' training, not a graph
     source_ids = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
     decoder_in, labels = np.array([[2, 10, 11], [2, 12, 0]]), np.array([[10, 11, 3], [12, 3, 0]])
     history = model.fit((source_ids, decoder_in), labels, epochs=2, verbose=0)
@@ -179,47 +189,108 @@ def _fine_tune_args(corpus, model_dir, steps, init_from, **overrides):
     return script_args(corpus, model_dir, steps, **{**flags, **overrides})
 
 
-def _first_batch_loss(make_model, args, corpus):
-    """The training loss of `make_model()` on the first batch the run of `args` trains on."""
+def _first_batch_losses(args, corpus, source_model):
+    """The label-smoothed losses on the first batch the run of `args` trains on of a fresh
+    tiny model and of `source_model`'s weights (the Trainer's eval step: the training
+    loss without dropout, run eagerly: no trace)."""
     config = pretrained.fine_tune_config(train_wmt.parse_args(args))
     data = load_corpus(corpus, "en", "de")
-    batches = iter(training_dataset(config, data, Tokenizer.from_preset(config.init_from), 1))
+    batch = next(iter(training_dataset(config, data, Tokenizer.from_preset(config.init_from),
+                                       1)))
     strategy = strategy_over(1)
     with strategy.scope():
-        model = make_model()
-        if not model.built:
-            model.build()
+        model = Transformer.from_preset("tiny", vocab_size=400, dropout=0.0)
+        model.build()
         optimizer = paper_adam(TransformerSchedule(32, config.warmup_steps))
-    return Trainer(model, optimizer, strategy, config.label_smoothing).train_step(
-        batches)["loss"]
+    assert model.model_config == source_model.model_config.replace(dropout=0.0)
+    trainer = Trainer(model, optimizer, strategy, config.label_smoothing)
+    losses = []
+    tf.config.run_functions_eagerly(True)
+    try:
+        for weights in (None, source_model.weights):
+            if weights is not None:
+                pretrained.assign_weights(model, {pretrained.weight_key(w.path): w.numpy()
+                                                  for w in weights}, "the source model")
+            smoothed, _, tokens = trainer.eval_step(batch)
+            losses.append(float(smoothed) / float(tokens))
+    finally:
+        tf.config.run_functions_eagerly(False)
+    return losses
 
 
 @pytest.mark.slow
-def test_a_fine_tune_run_starts_from_the_source_model(source, corpus, tmp_path, capsys):
-    run = str(tmp_path / "tuned")
-    args = _fine_tune_args(corpus, run, 1, source["export"], dropout=0.0, warmup_steps=7,
-                           lr_scale=0.5)
+def test_a_fine_tune_run_starts_from_the_source_model_and_resumes_after_a_kill(
+        source, exported, corpus, tmp_path, capsys):
+    """One fine-tuning run from the source's run dir, 6 updates: its first update is the
+    source model's on the first batch, with a schedule started again; its run dir records
+    where it came from (and a run from the export would record the SavedModel). The same
+    run killed at its second checkpoint (a subprocess) resumes from its own checkpoint, not
+    from the source: the same weights as the unbroken run. (From the run dir, not the
+    export: the run, its rerun and its killed copy each read the source's weights, and a
+    checkpoint reads in a fraction of a SavedModel's load; from_preset reads both alike.)"""
+    straight = str(tmp_path / "straight")
+    flags = dict(dropout=0.0, warmup_steps=7, lr_scale=0.5, deterministic=True)
+    args = _fine_tune_args(corpus, straight, 6, source["run"], **flags)
     capsys.readouterr()
     assert train_wmt.main(args) == 0
-    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    expected = _first_batch_loss(
-        lambda: Transformer.from_preset(source["export"], dropout=0.0), args, corpus)
-    fresh = _first_batch_loss(
-        lambda: Transformer.from_preset("tiny", vocab_size=400, dropout=0.0), args, corpus)
-    assert metrics["loss"] == pytest.approx(expected, rel=1e-5)
-    assert metrics["loss"] < fresh - 0.3
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 6
+    scalars = _plot_training().read_scalars(os.path.join(straight, "logs"))
+    (first_step, first_loss), (lr_step, first_lr) = scalars["loss"][0], scalars["lr"][0]
+    assert first_step == lr_step == 1  # one log line per update: the first is update 1's
+    fresh, expected = _first_batch_losses(args, corpus, exported)
+    assert first_loss == pytest.approx(expected, rel=1e-5)
+    assert first_loss < fresh - 0.3
     # The schedule starts again at step 1, with this run's warmup and scale.
-    assert metrics["lr"] == pytest.approx(float(TransformerSchedule(32, 7, 0.5)(1)), rel=1e-6)
-    with open(os.path.join(run, "spm.model"), "rb") as a, \
+    assert first_lr == pytest.approx(float(TransformerSchedule(32, 7, 0.5)(1)), rel=1e-6)
+    with open(os.path.join(straight, "spm.model"), "rb") as a, \
             open(os.path.join(source["version"], "assets", "spm.model"), "rb") as b:
         assert a.read() == b.read()
-    record = rundir.read_config(run)
+    record = rundir.read_config(straight)
     assert record["init_from"] == {
+        "path": source["run"], "kind": "run_dir",
+        "weights": os.path.join(source["run"], "averaged", "ckpt-30"),
+        "vocabulary_sha256": record["vocabulary_sha256"]}
+    assert record["model"] == exported.model_config.replace(dropout=0.0).to_dict()
+    assert record["train"]["init_from"] == source["run"] and record["preset"] == "tiny"
+    from_export = train_wmt.parse_args(_fine_tune_args(corpus, straight, 6, source["export"]))
+    assert pretrained.init_record(from_export, _exported_spm(source)) == {
         "path": source["export"], "kind": "saved_model", "weights": source["version"],
         "vocabulary_sha256": record["vocabulary_sha256"]}
-    source_model = Transformer.from_preset(source["run"]).model_config
-    assert record["model"] == source_model.replace(dropout=0.0).to_dict()
-    assert record["train"]["init_from"] == source["export"] and record["preset"] == "tiny"
+
+    killed = str(tmp_path / "killed")
+    args = _fine_tune_args(corpus, killed, 6, source["run"], **flags)
+    with open(tmp_path / "1.log", "w") as out:
+        status = subprocess.run([sys.executable, TRAIN_WMT, *args], stdout=out,
+                                stderr=subprocess.STDOUT, timeout=PROCESS_TIMEOUT_S,
+                                env=clean_env(**{KILL_AT_SAVE_ENV: "4"})).returncode
+    assert status == -signal.SIGKILL, (tmp_path / "1.log").read_text()[-3000:]
+    assert checkpoint_state(killed) == ("ckpt-2", ["ckpt-2"])
+    # The rerun needs no fresh process (what the kill leaves is on disk): in this one.
+    capsys.readouterr()
+    assert train_wmt.main(args) == 0
+    assert os.path.join("checkpoints", "ckpt-2 at step 2") in capsys.readouterr().err
+    assert checkpoint_state(killed)[0] == "ckpt-6"
+    straight_tensors = model_tensors(straight, "ckpt-6")
+    resumed = model_tensors(killed, "ckpt-6")
+    assert sorted(straight_tensors) == sorted(resumed)
+    for key, value in straight_tensors.items():
+        np.testing.assert_array_equal(resumed[key], value, err_msg=key)
+    assert rundir.read_config(killed)["init_from"] == record["init_from"]
+
+
+def _exported_spm(source):
+    """The vocabulary of the source's export (its assets/spm.model)."""
+    with open(os.path.join(source["version"], "assets", "spm.model"), "rb") as f:
+        return f.read()
+
+
+def _plot_training():
+    """scripts/plot_training.py as a module (its reader of a run's TensorBoard scalars)."""
+    spec = importlib.util.spec_from_file_location(
+        "plot_training", os.path.join(os.path.dirname(TRAIN_WMT), "plot_training.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.slow
@@ -244,30 +315,3 @@ def test_init_from_a_path_that_is_no_model(corpus, tmp_path, capsys):
     status, err = run_main(capsys, _fine_tune_args(corpus, str(tmp_path / "run"), 1,
                                                    str(tmp_path / "nowhere")))
     assert status == 2 and "nowhere' does not exist; expected a SavedModel" in err
-
-
-@pytest.mark.slow
-def test_a_killed_fine_tune_run_resumes_from_its_own_checkpoint(source, corpus, tmp_path):
-    args = _fine_tune_args(corpus, str(tmp_path / "straight"), 6, source["run"],
-                           deterministic=True)
-    assert train_wmt.main(args) == 0
-    killed = str(tmp_path / "killed")
-    args = _fine_tune_args(corpus, killed, 6, source["run"], deterministic=True)
-    with open(tmp_path / "1.log", "w") as out:
-        status = subprocess.run([sys.executable, TRAIN_WMT, *args], stdout=out,
-                                stderr=subprocess.STDOUT, timeout=PROCESS_TIMEOUT_S,
-                                env=clean_env(**{KILL_AT_SAVE_ENV: "4"})).returncode
-    assert status == -signal.SIGKILL, (tmp_path / "1.log").read_text()[-3000:]
-    assert checkpoint_state(killed) == ("ckpt-2", ["ckpt-2"])
-    result = subprocess.run([sys.executable, TRAIN_WMT, *args], capture_output=True,
-                            text=True, timeout=PROCESS_TIMEOUT_S, env=clean_env())
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert os.path.join("checkpoints", "ckpt-2 at step 2") in result.stderr
-    assert checkpoint_state(killed)[0] == "ckpt-6"
-    straight = model_tensors(str(tmp_path / "straight"), "ckpt-6")
-    resumed = model_tensors(killed, "ckpt-6")
-    assert sorted(straight) == sorted(resumed)
-    for key, value in straight.items():
-        np.testing.assert_array_equal(resumed[key], value, err_msg=key)
-    assert rundir.read_config(killed)["init_from"]["weights"] == os.path.join(
-        source["run"], "averaged", "ckpt-30")

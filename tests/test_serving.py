@@ -172,13 +172,17 @@ def test_export_layout_versions_and_assets(translator, export_dir, tmp_path):
 
 
 FRESH_PROCESS = textwrap.dedent("""
-    import base64, json, sys
+    import base64, contextlib, io, json, sys
     sys.modules["tfxformer"] = None  # importing tfxformer here must fail
     import tensorflow as tf
     from tensorflow.core.protobuf import saved_model_pb2
     from tensorflow.python.framework import op_def_registry
 
+    # argv: the version dir, then the checks ("signatures": every signature, the default;
+    # "translation": serving_default alone; "replay": the warm-up records through the
+    # session; "cli": saved_model_cli show and run), comma-separated
     path, inputs = sys.argv[1], [base64.b64decode(t) for t in json.load(sys.stdin)]
+    checks = set((sys.argv[2] if len(sys.argv) > 2 else "signatures").split(","))
     proto = saved_model_pb2.SavedModel()
     with open(path + "/saved_model.pb", "rb") as f:
         proto.ParseFromString(f.read())
@@ -192,41 +196,84 @@ FRESH_PROCESS = textwrap.dedent("""
 
     model = tf.saved_model.load(path)
     out = model.signatures["serving_default"](text=tf.constant(inputs))
-    options = model.signatures["translate_with_options"](
-        text=tf.constant(inputs), beam_size=tf.constant(1), alpha=tf.constant(0.0),
-        extra_length=tf.constant(2))
-    alternate = lambda a, b: tf.constant([(a, b)[i % 2] for i in range(len(inputs))])
-    per_example = model.signatures["translate_per_example"](  # greedy, the defaults, ...
-        text=tf.constant(inputs), beam_size=alternate(1, 3), alpha=alternate(0.0, 0.6),
-        extra_length=alternate(2, 4), max_input_tokens=alternate(1000, 1000))
-    scored = model.signatures["score"](text=tf.constant(inputs),
-                                       target=tf.constant(inputs[::-1]))
-    sampled = model.signatures["translate_sampled"](
-        text=tf.constant(inputs), sampling_topk=tf.constant(5),
-        sampling_temperature=tf.constant(1.0), sampling_topp=tf.constant(0.9),
-        extra_length=tf.constant(4), seed=tf.constant(3, tf.int64))
+    result = {
+        "core": sorted(core), "text": sorted(text), "unknown": sorted(ops - core - text),
+        "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
+        "score": out["score"].numpy().tolist(),
+        "truncated": out["truncated"].numpy().tolist()}
+    if "signatures" in checks:
+        options = model.signatures["translate_with_options"](
+            text=tf.constant(inputs), beam_size=tf.constant(1), alpha=tf.constant(0.0),
+            extra_length=tf.constant(2))
+        alternate = lambda a, b: tf.constant([(a, b)[i % 2] for i in range(len(inputs))])
+        per_example = model.signatures["translate_per_example"](  # greedy, the defaults, ...
+            text=tf.constant(inputs), beam_size=alternate(1, 3), alpha=alternate(0.0, 0.6),
+            extra_length=alternate(2, 4), max_input_tokens=alternate(1000, 1000))
+        scored = model.signatures["score"](text=tf.constant(inputs),
+                                           target=tf.constant(inputs[::-1]))
+        sampled = model.signatures["translate_sampled"](
+            text=tf.constant(inputs), sampling_topk=tf.constant(5),
+            sampling_temperature=tf.constant(1.0), sampling_topp=tf.constant(0.9),
+            extra_length=tf.constant(4), seed=tf.constant(3, tf.int64))
+        result.update(
+            options=[t.decode("utf-8") for t in options["translation"].numpy()],
+            per_example=[t.decode("utf-8") for t in per_example["translation"].numpy()],
+            scored=scored["log_prob"].numpy().tolist(),
+            sampled=[t.decode("utf-8") for t in sampled["translation"].numpy()])
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:  # as TF Serving loads
         meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
         signature = meta.signature_def["serving_default"]
         fetched = session.run(signature.outputs["translation"].name,
                               {signature.inputs["text"].name: inputs})
-        signature = meta.signature_def["score"]
-        fetched_scores = session.run(signature.outputs["log_prob"].name, {
-            signature.inputs["text"].name: inputs,
-            signature.inputs["target"].name: inputs[::-1]})
-    print(json.dumps({
-        "core": sorted(core), "text": sorted(text), "unknown": sorted(ops - core - text),
-        "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
-        "score": out["score"].numpy().tolist(),
-        "options": [t.decode("utf-8") for t in options["translation"].numpy()],
-        "per_example": [t.decode("utf-8") for t in per_example["translation"].numpy()],
-        "truncated": out["truncated"].numpy().tolist(),
-        "session": [t.decode("utf-8") for t in fetched],
-        "scored": scored["log_prob"].numpy().tolist(),
-        "session_scored": fetched_scores.tolist(),
-        "sampled": [t.decode("utf-8") for t in sampled["translation"].numpy()],
-        "tfxformer_loaded": any(m.startswith("tfxformer") for m in sys.modules
-                                if sys.modules[m] is not None)}))
+        result["session"] = [t.decode("utf-8") for t in fetched]
+        if "signatures" in checks:
+            signature = meta.signature_def["score"]
+            result["session_scored"] = session.run(signature.outputs["log_prob"].name, {
+                signature.inputs["text"].name: inputs,
+                signature.inputs["target"].name: inputs[::-1]}).tolist()
+        if "replay" in checks:  # TF Serving replays the warm-up records on load
+            from tensorflow_serving.apis import prediction_log_pb2
+
+            result["replay"] = []
+            warmup = path + "/assets.extra/tf_serving_warmup_requests"
+            for raw in tf.compat.v1.io.tf_record_iterator(warmup):
+                log = prediction_log_pb2.PredictionLog()
+                log.ParseFromString(raw)
+                request = log.predict_log.request
+                signature = meta.signature_def[request.model_spec.signature_name or
+                                               "serving_default"]
+                feeds = {signature.inputs[k].name: tf.make_ndarray(v)
+                         for k, v in request.inputs.items()}
+                keys = sorted(signature.outputs)
+                values = session.run([signature.outputs[k].name for k in keys], feeds)
+                replied = dict(zip(keys, values))
+                result["replay"].append({
+                    "kind": log.WhichOneof("log_type"),
+                    "signature": request.model_spec.signature_name,
+                    "inputs": {k: [int(d.size) for d in v.tensor_shape.dim]
+                               for k, v in request.inputs.items()},
+                    "text": sorted({t.decode()
+                                    for t in tf.make_ndarray(request.inputs["text"])}),
+                    "outputs": {k: list(v.shape) for k, v in replied.items()},
+                    "translation": [t.decode("utf-8")
+                                    for t in replied.get("translation", [])],
+                    "length": [int(x) for x in replied.get("length", [])]})
+    if "cli" in checks:  # the `saved_model_cli` console script's main, as the docs use it
+        from tensorflow.python.tools.saved_model_cli import main as cli_main
+
+        for command in (["show", "--dir", path, "--all"],
+                        ["run", "--dir", path, "--tag_set", "serve", "--signature_def",
+                         "serving_default", "--input_exprs", 'text=["A dog.", ""]']):
+            sys.argv, shown = ["saved_model_cli", *command], io.StringIO()
+            with contextlib.redirect_stdout(shown):
+                try:
+                    cli_main()
+                except SystemExit as exit_:
+                    assert not exit_.code, (command, exit_.code)
+            result["cli_" + command[0]] = shown.getvalue()
+    result["tfxformer_loaded"] = any(m.startswith("tfxformer") for m in sys.modules
+                                     if sys.modules[m] is not None)
+    print(json.dumps(result))
 """)
 
 
@@ -239,10 +286,12 @@ def _run(args, **kwargs):
 
 @pytest.fixture(scope="module")
 def fresh_process(export_dir):
-    """Loads the export in a process that imports only tensorflow and tensorflow_text."""
+    """Loads the export in a process that imports only tensorflow and tensorflow_text
+    (tensorflow-serving-api's protos for the warm-up records): every signature, the session
+    loader with the warm-up replay, and saved_model_cli; one process start for them all."""
     inputs = json.dumps([base64.b64encode(t).decode() for t in ROBUST_INPUTS])
-    stdout = _run([sys.executable, "-c", FRESH_PROCESS, os.path.join(export_dir, "1")],
-                  input=inputs.encode())
+    stdout = _run([sys.executable, "-c", FRESH_PROCESS, os.path.join(export_dir, "1"),
+                   "signatures,replay,cli"], input=inputs.encode())
     return json.loads(stdout.strip().splitlines()[-1])
 
 
@@ -276,20 +325,19 @@ def test_graph_uses_only_core_and_tensorflow_text_ops(fresh_process):
 
 
 @pytest.mark.slow
-def test_saved_model_cli_show_and_run(export_dir):
-    version = os.path.join(export_dir, "1")
+def test_saved_model_cli_show_and_run(fresh_process):
+    """`saved_model_cli show` and `run` (the console script's main, run in the fresh
+    process after tensorflow_text registered its ops, as docs/serving.md says)."""
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    shown = _run([cli, "show", "--dir", version, "--all"])
+    with open(cli, encoding="utf-8") as f:
+        assert "from tensorflow.python.tools.saved_model_cli import main" in f.read()
+    shown = fresh_process["cli_show"]
     for expected in ("signature_def['serving_default']", "inputs['text']", "DT_STRING",
                      "outputs['translation']", "outputs['score']", "DT_FLOAT",
                      "signature_def['translate_with_options']", "inputs['beam_size']",
                      "inputs['alpha']", "inputs['extra_length']"):
         assert expected in shown, expected
-    # `run` needs the tensorflow-text ops registered first (docs/serving.md).
-    run_cli = ("import sys, tensorflow_text; from tensorflow.python.tools.saved_model_cli "
-               "import main; sys.argv[0] = 'saved_model_cli'; sys.exit(main())")
-    ran = _run([sys.executable, "-c", run_cli, "run", "--dir", version, "--tag_set", "serve",
-                "--signature_def", "serving_default", "--input_exprs", 'text=["A dog.", ""]'])
+    ran = fresh_process["cli_run"]
     assert "Result for output key translation" in ran and "Result for output key score" in ran
 
 
@@ -302,12 +350,26 @@ def load_script(name):
     return module
 
 
+def run_script(name, argv, stdin=b""):
+    """scripts/<name>.py's main(argv) in this process, `stdin` its standard input: its exit
+    code must be 0; its standard output, decoded as strict UTF-8."""
+    stdout, saved = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), (sys.stdin, sys.stdout)
+    sys.stdin, sys.stdout = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"), stdout
+    try:
+        code = load_script(name).main(argv)
+        stdout.flush()
+    finally:
+        sys.stdin, sys.stdout = saved
+    assert code == 0
+    return stdout.buffer.getvalue().decode("utf-8")
+
+
 @pytest.mark.slow
 def test_translate_script_end_to_end(export_dir, translator):
     """stdin -> stdout through the export; equal to the same batches translated here."""
     lines = [b"A dog runs.", b"", b"\xff\xfe bad bytes", "😀 日本語".encode(), b"Two men."] * 3
-    stdout = _run([sys.executable, os.path.join(ROOT, "scripts", "translate.py"), "--model",
-                   export_dir, "--batch-size", "4"], input=b"\n".join(lines) + b"\n")
+    stdout = run_script("translate", ["--model", export_dir, "--batch-size", "4"],
+                        stdin=b"\n".join(lines) + b"\n")
 
     def translate(batch):  # the export's defaults: beam 3, alpha 0.6, extra length 4
         return _strings(translator.translate_with_options(tf.constant(batch), 3, 0.6, 4))
@@ -449,46 +511,12 @@ def test_batching_parameters_example(export_dir):
             f"--tensorflow_inter_op_parallelism={os.cpu_count()}") in text
 
 
-REPLAY = textwrap.dedent("""
-    import json, sys
-    import tensorflow as tf
-    import tensorflow_text  # noqa: registers the SentencePiece ops, as TF Serving links them
-    from tensorflow_serving.apis import prediction_log_pb2
-
-    path = sys.argv[1]
-    records = []
-    with tf.Graph().as_default(), tf.compat.v1.Session() as session:  # as TF Serving loads
-        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
-        warmup = path + "/assets.extra/tf_serving_warmup_requests"
-        for raw in tf.compat.v1.io.tf_record_iterator(warmup):
-            log = prediction_log_pb2.PredictionLog()
-            log.ParseFromString(raw)
-            request = log.predict_log.request
-            signature = meta.signature_def[request.model_spec.signature_name or
-                                           "serving_default"]
-            feeds = {signature.inputs[k].name: tf.make_ndarray(v)
-                     for k, v in request.inputs.items()}
-            keys = sorted(signature.outputs)
-            values = session.run([signature.outputs[k].name for k in keys], feeds)
-            out = dict(zip(keys, values))
-            records.append({
-                "kind": log.WhichOneof("log_type"), "signature": request.model_spec.signature_name,
-                "inputs": {k: [int(d.size) for d in v.tensor_shape.dim]
-                           for k, v in request.inputs.items()},
-                "text": sorted({t.decode() for t in tf.make_ndarray(request.inputs["text"])}),
-                "outputs": {k: list(v.shape) for k, v in out.items()},
-                "translation": [t.decode("utf-8") for t in out.get("translation", [])],
-                "length": [int(x) for x in out.get("length", [])]})
-    print(json.dumps(records))
-""")
-
-
 @pytest.mark.slow
-def test_warmup_records_replay_in_a_fresh_process(export_dir):
+def test_warmup_records_replay_in_a_fresh_process(fresh_process):
+    """The warm-up records through the session loader (as TF Serving replays them)."""
     from tfxformer.serving.warmup import BATCHABLE_SIGNATURES, LONG_TEXT, SHORT_TEXT
 
-    records = json.loads(_run([sys.executable, "-c", REPLAY, os.path.join(export_dir, "1")])
-                         .strip().splitlines()[-1])
+    records = fresh_process["replay"]
     assert 0 < len(records) <= 1000 and {r["kind"] for r in records} == {"predict_log"}
     assert {(r["signature"], r["inputs"]["text"][0]) for r in records} == {
         (name, size) for name in BATCHABLE_SIGNATURES for size in (1, 3)}

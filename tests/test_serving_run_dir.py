@@ -81,19 +81,14 @@ def test_a_config_of_either_position_argument_name_loads(run_dir, tmp_path):
     assert loaded.model_config == trained.model_config
 
 
-@pytest.mark.slow
-def test_bf16_run_dir_export_computes_in_bfloat16_with_the_same_weights(run_dir, tmp_path):
+def test_bf16_run_dir_computes_in_bfloat16_with_the_same_weights(run_dir):
+    """The bf16 export of a run dir (its compute dtype in config.json, its translations):
+    test_shortlist.py's test_export_script_bf16_shortlist_then_re_export."""
     path, trained = run_dir
     model, _, _ = load_run_dir(Transformer, path, precision="bf16")
     assert model.compute_dtype == "bfloat16" and model.variable_dtype == "float32"
     for got, want in zip(model.weights, trained.weights, strict=True):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
-    export = export_run_dir(path, str(tmp_path / "export"), precision="bf16")
-    with open(os.path.join(export, "assets", "config.json"), encoding="utf-8") as f:
-        assert json.load(f)["compute_dtype"] == "bfloat16"
-    out = tf.saved_model.load(export).signatures["serving_default"](
-        text=tf.constant(["A dog runs.", "Two men."]))
-    assert out["translation"].shape == (2,)
     with pytest.raises(ValueError, match="precision 'int4'.*bf16"):
         load_run_dir(Transformer, path, precision="int4")
 
@@ -383,8 +378,8 @@ def test_export_script_help_explains_every_flag(capsys):
 @pytest.mark.slow
 def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_path):
     """Limits and search rules from the flags land in the config asset; re-exporting a
-    version's variables without flags keeps its decoding options and gives a new version
-    that translates the same."""
+    version's variables keeps every decoding option no flag sets (a flag wins) and gives
+    a new version that translates as the first one does with those options."""
     main = load_script("export").main
     base = str(tmp_path / "export")
     assert main(["--model", run_dir[0], "--export-dir", base, "--beam-size", "2",
@@ -398,18 +393,18 @@ def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_pa
     with open(os.path.join(first, "assets.extra", "batching_parameters.txt"),
               encoding="utf-8") as f:
         assert "num_batch_threads { value: 3 }" in f.read()
-    assert main(["--model", first, "--export-dir", base]) == 0  # keeps first's options
+    assert main(["--model", first, "--export-dir", base, "--alpha", "0.6"]) == 0  # a flag wins
     with open(os.path.join(base, "2", "assets", "config.json"), encoding="utf-8") as f:
-        assert json.load(f)["decoding"] == decoding
+        assert json.load(f)["decoding"] == dict(decoding, alpha=0.6)  # the others: first's
     texts = tf.constant(["A dog runs.", "", "Zwei Männer " * 9])
-    outs = [tf.saved_model.load(os.path.join(base, v)).signatures["serving_default"](text=texts)
-            for v in ("1", "2")]
+    loaded = [tf.saved_model.load(os.path.join(base, v)) for v in ("1", "2")]
+    outs = [loaded[0].signatures["translate_with_options"](
+                text=texts, beam_size=tf.constant(2), alpha=tf.constant(0.6),
+                extra_length=tf.constant(3)),
+            loaded[1].signatures["serving_default"](text=texts)]
     for key in ("translation", "truncated"):
         assert outs[0][key].numpy().tolist() == outs[1][key].numpy().tolist()
     assert outs[0]["truncated"].numpy().tolist() == [False, False, True]
-    assert main(["--model", first, "--export-dir", base, "--alpha", "0.6"]) == 0  # a flag wins
-    with open(os.path.join(base, "3", "assets", "config.json"), encoding="utf-8") as f:
-        assert json.load(f)["decoding"] == dict(decoding, alpha=0.6)
     with pytest.raises(SystemExit) as exit_info:
         main(["--model", first, "--export-dir", base, "--checkpoint", "x"])
     assert exit_info.value.code == 2

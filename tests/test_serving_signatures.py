@@ -4,14 +4,13 @@ scripts/score.py and scripts/translate.py."""
 
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
 from conftest import tiny_export_translator
-from test_serving import ROBUST_INPUTS, ROOT, _run, load_script
+from test_serving import ROBUST_INPUTS, load_script, run_script
 
 from tfxformer import Transformer
 from tfxformer.decoding import BOS_ID, EOS_ID, greedy_decode
@@ -191,9 +190,9 @@ def test_score_script_end_to_end(tiny_export, translator, tmp_path):
     targets = [t.encode() for t in TARGETS] + [b"x"]
     (tmp_path / "src").write_bytes(b"".join(s + b"\n" for s in sources))
     (tmp_path / "tgt").write_bytes(b"".join(t + b"\n" for t in targets))
-    stdout = _run([sys.executable, os.path.join(ROOT, "scripts", "score.py"), "--model",
-                   os.path.dirname(tiny_export), "--src", str(tmp_path / "src"), "--tgt",
-                   str(tmp_path / "tgt"), "--tokens", "--batch-size", "2"])
+    stdout = run_script("score", ["--model", os.path.dirname(tiny_export), "--src",
+                                  str(tmp_path / "src"), "--tgt", str(tmp_path / "tgt"),
+                                  "--tokens", "--batch-size", "2"])
     rows = [line.split("\t") for line in stdout.splitlines()]
     out = translator.score(tf.constant(sources), tf.constant(targets))
     assert len(rows) == len(sources)
@@ -206,10 +205,9 @@ def test_score_script_end_to_end(tiny_export, translator, tmp_path):
 def test_translate_script_samples_end_to_end(tiny_export, translator):
     """translate.py --sampling-topk on the export equals the same SampleFn run here."""
     lines = [b"A dog runs.", b"", b"\xff\xfe bad bytes", b"Two men.", b"A cat sleeps."] * 2
-    stdout = _run([sys.executable, os.path.join(ROOT, "scripts", "translate.py"), "--model",
-                   os.path.dirname(tiny_export), "--batch-size", "4", "--sampling-topk", "5",
-                   "--sampling-temperature", "1.2", "--seed", "11"],
-                  input=b"\n".join(lines) + b"\n")
+    stdout = run_script("translate", ["--model", os.path.dirname(tiny_export), "--batch-size",
+                                      "4", "--sampling-topk", "5", "--sampling-temperature",
+                                      "1.2", "--seed", "11"], stdin=b"\n".join(lines) + b"\n")
     here = SampleFn(OpenedSignature(translator.translate_sampled, translator, "here", "model",
                                     (), translator.options),
                     translator.options.replace(beam_size=1, sampling_topk=5,

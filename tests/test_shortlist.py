@@ -149,8 +149,8 @@ def test_a_shortlist_of_the_whole_vocabulary_changes_nothing(model, static_cache
     everything = shortlist_ids(SOURCE, np.tile(np.arange(VOCAB), [VOCAB, 1]))
     assert everything.numpy().tolist() == list(range(VOCAB))
     for decode, kwargs in ((beam_search, dict(beam_size=3)), (greedy_decode, {})):
-        full = decode(model, SOURCE, extra_length=6, static_cache=static_cache, **kwargs)
-        listed = decode(model, SOURCE, extra_length=6, static_cache=static_cache,
+        full = decode(model, SOURCE, extra_length=3, static_cache=static_cache, **kwargs)
+        listed = decode(model, SOURCE, extra_length=3, static_cache=static_cache,
                         shortlist=everything, **kwargs)
         for a, b in zip(full, listed, strict=True):
             np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -200,12 +200,12 @@ def test_shortlist_search_in_a_graph_with_the_batch_shortlist(model):
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def translate(source):
-        return beam_search(model, source, beam_size=2, extra_length=6,
+        return beam_search(model, source, beam_size=2, extra_length=3,
                            shortlist=shortlist_ids(source, table, [30])).ids
 
     ids = translate(SOURCE).numpy()
     assert set(ids.ravel()) <= {0, 1, 2, 3, 5, 8, 13, 17, 30}
-    eager = beam_search(model, SOURCE, beam_size=2, extra_length=6,
+    eager = beam_search(model, SOURCE, beam_size=2, extra_length=3,
                         shortlist=[0, 1, 2, 3, 5, 8, 13, 17, 30])
     np.testing.assert_array_equal(ids, eager.ids.numpy())
 
@@ -341,7 +341,7 @@ def test_exported_shortlist_runs_in_a_fresh_tensorflow_process(shortlist_export,
     import base64
 
     result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, shortlist_export], capture_output=True,
+        [sys.executable, "-c", FRESH_PROCESS, shortlist_export, "translation"], capture_output=True,
         timeout=240, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
         input=json.dumps([base64.b64encode(t).decode() for t in texts]).encode())
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
@@ -379,7 +379,9 @@ def run_dir_with_data(spm_model, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_export_script_builds_the_shortlist_from_the_run_data(run_dir_with_data, tmp_path):
+def test_export_script_bf16_shortlist_then_re_export(run_dir_with_data, tmp_path):
+    """A run dir exported in bf16 computes in bfloat16 and carries the shortlist built from
+    its training data; its re-export takes the table from --shortlist-data, in fp32."""
     run, data = run_dir_with_data
     main = load_script("export").main
     base = str(tmp_path / "export")
@@ -387,7 +389,10 @@ def test_export_script_builds_the_shortlist_from_the_run_data(run_dir_with_data,
                  "--shortlist-max-pairs", "100", "--precision", "bf16"]) == 0
     with open(os.path.join(base, "1", "assets", "config.json"), encoding="utf-8") as f:
         config = json.load(f)
-    assert config["precision"] == "bf16"
+    assert config["precision"] == "bf16" and config["compute_dtype"] == "bfloat16"
+    out = tf.saved_model.load(os.path.join(base, "1")).signatures["serving_default"](
+        text=tf.constant(["A dog runs.", "Two men."]))
+    assert out["translation"].shape == (2,)
     assert config["shortlist"]["data"] == data and config["shortlist"]["table_shape"] == [320, 4]
     assert (config["shortlist"]["pairs"], config["shortlist"]["max_pairs"]) == (100, 100)
     # re-export of that SavedModel, the table from --shortlist-data (all 300 pairs)

@@ -48,6 +48,13 @@ def _build(corpus, tokenizer, run_dir, **overrides):
     return token_cache.build(corpus.train, tokenizer, str(run_dir), **options)
 
 
+@pytest.fixture(scope="module")
+def built(corpus, tokenizer, tmp_path_factory):
+    """(run dir, cache) of one build, shared by the tests that only read it."""
+    run = tmp_path_factory.mktemp("built") / "run"
+    return run, _build(corpus, tokenizer, run)
+
+
 def _open(corpus, tokenizer, run_dir, **overrides):
     options = {"max_length": MAX_LENGTH, "shard_pairs": SHARD, **overrides}
     return token_cache.open_cache(corpus.train, tokenizer, str(run_dir), **options)
@@ -66,9 +73,9 @@ def _assert_same(got, want):
 
 
 @pytest.mark.parametrize("num_replicas", [1, 2])
-def test_the_cache_gives_the_batches_of_tokenizing_on_the_fly(corpus, tokenizer, tmp_path,
+def test_the_cache_gives_the_batches_of_tokenizing_on_the_fly(corpus, tokenizer, built,
                                                               num_replicas):
-    cache = _build(corpus, tokenizer, tmp_path)
+    cache = built[1]
     assert [p["pairs"] for p in cache.record["parts"]] == [400, 400, 203]
     assert cache.stats == pipeline.count_filtered(corpus.train.dataset(), tokenizer,
                                                   max_length=MAX_LENGTH)
@@ -87,16 +94,14 @@ def test_the_cache_gives_the_batches_of_tokenizing_on_the_fly(corpus, tokenizer,
 
 
 def test_resume_mid_epoch_gives_the_next_batches_of_an_unbroken_run(corpus, tokenizer,
-                                                                    tmp_path):
-    _build(corpus, tokenizer, tmp_path / "run")
-    straight = iter(token_cache.train_dataset(_open(corpus, tokenizer, tmp_path / "run"),
-                                              **OPTIONS))
+                                                                    built, tmp_path):
+    run = built[0]
+    straight = iter(token_cache.train_dataset(_open(corpus, tokenizer, run), **OPTIONS))
     for _ in range(5):
         next(straight)
     saved = tf.train.Checkpoint(data=straight).write(str(tmp_path / "ckpt" / "data"))
     want = [next(straight) for _ in range(12)]  # into the next epoch
-    resumed = iter(token_cache.train_dataset(_open(corpus, tokenizer, tmp_path / "run"),
-                                             **OPTIONS))
+    resumed = iter(token_cache.train_dataset(_open(corpus, tokenizer, run), **OPTIONS))
     tf.train.Checkpoint(data=resumed).read(saved).assert_consumed()
     _assert_same([next(resumed) for _ in range(12)], want)
 
@@ -133,8 +138,8 @@ class _Killed(Exception):
     pass
 
 
-def test_a_half_written_cache_is_not_used_and_a_rebuild_resumes(corpus, tokenizer, tmp_path,
-                                                                 caplog):
+def test_a_half_written_cache_is_not_used_and_a_rebuild_resumes(corpus, tokenizer, built,
+                                                                 tmp_path, caplog):
     run = tmp_path / "run"
 
     def kill_after_the_second_part(path):
@@ -153,7 +158,7 @@ def test_a_half_written_cache_is_not_used_and_a_rebuild_resumes(corpus, tokenize
     assert caplog.text.count("reusing") == 2 and "wrote" in caplog.text
     assert sorted(os.listdir(folder)) == ["cache.json", "part-00000.npz", "part-00001.npz",
                                           "part-00002.npz"]
-    fresh = _build(corpus, tokenizer, tmp_path / "fresh")
+    fresh = built[1]  # a build never cut short
     for got, want in ((cache.src, fresh.src), (cache.tgt, fresh.tgt)):
         assert got.to_list() == want.to_list()
     assert cache.record["stats"] == fresh.record["stats"]
@@ -180,8 +185,8 @@ def test_a_damaged_cache_is_not_used(corpus, tokenizer, tmp_path, damage):
         assert json.load(f)["key"] == cache.key
 
 
-def test_ids_are_uint16_while_the_vocabulary_fits(corpus, tokenizer, tmp_path):
-    cache = _build(corpus, tokenizer, tmp_path)
+def test_ids_are_uint16_while_the_vocabulary_fits(corpus, tokenizer, built):
+    cache = built[1]
     assert cache.src.dtype == cache.tgt.dtype == tf.uint16
     rows = cache.src.row_lengths().numpy()
     assert (rows[[7, 300, 650]] == 0).all() and (rows > 0).sum() == cache.stats.kept

@@ -115,6 +115,7 @@ def test_fused_loss_holds_one_chunk_of_logits_not_all():
 
 
 VOCAB = 40
+ONE_LAYER = dict(num_layers=1)  # the tiny preset with one layer each side: faster traces
 
 
 def _batch():
@@ -136,7 +137,8 @@ BATCH = _batch()
 def _trainer(strategy, fused, optimizer=None, dropout=0.0, jit_compile=False):
     with strategy.scope():
         keras.utils.set_random_seed(1)
-        model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=dropout)
+        model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=dropout,
+                                        **ONE_LAYER)
         model.build()
         optimizer = keras.optimizers.SGD(0.5) if optimizer is None else optimizer()
     return Trainer(model, optimizer, strategy, label_smoothing=0.1, fused_loss=fused,
@@ -152,15 +154,30 @@ def test_decoder_output_is_the_logits_before_the_projection():
         model((source, decoder_in), training=False))
 
 
+_PLAIN = {}
+
+
+def _gradients(trainer):
+    loss, grads = trainer.gradients(BATCH)
+    return float(loss), [tf.convert_to_tensor(g).numpy() for g in grads]
+
+
+def _plain(replicas, jit_compile=False):
+    """(loss, gradients) of BATCH with the loss on the logits (no fused loss, no R-Drop),
+    computed once per module: the reference of the fused and R-Drop tests. _trainer seeds
+    the weights, so they do not depend on which test asks first."""
+    if (replicas, jit_compile) not in _PLAIN:
+        _PLAIN[replicas, jit_compile] = _gradients(
+            _trainer(strategy_over(replicas), False, jit_compile=jit_compile))
+    return _PLAIN[replicas, jit_compile]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("replicas, jit_compile", [(1, False), (2, False), (1, True)])
 def test_trainer_fused_loss_same_loss_and_gradients(replicas, jit_compile):
-    strategy = strategy_over(replicas)
-    results = {}
-    for fused in (False, True):
-        trainer = _trainer(strategy, fused, jit_compile=jit_compile)
-        loss, grads = trainer.gradients(BATCH)
-        results[fused] = float(loss), [tf.convert_to_tensor(g).numpy() for g in grads]
+    results = {False: _plain(replicas, jit_compile),
+               True: _gradients(_trainer(strategy_over(replicas), True,
+                                         jit_compile=jit_compile))}
     assert results[True][0] == pytest.approx(results[False][0], rel=1e-6)
     for got, want in zip(results[True][1], results[False][1], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
@@ -197,7 +214,8 @@ def test_fused_loss_needs_a_tied_projection():
 def _r_drop_trainer(strategy, r_drop, dropout):
     with strategy.scope():
         keras.utils.set_random_seed(1)
-        model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=dropout)
+        model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=dropout,
+                                        **ONE_LAYER)
         model.build()
         optimizer = keras.optimizers.SGD(0.5)
     return Trainer(model, optimizer, strategy, label_smoothing=0.1, r_drop=r_drop)
@@ -207,13 +225,11 @@ def _r_drop_trainer(strategy, r_drop, dropout):
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_r_drop_without_dropout_is_the_plain_loss(replicas):
     """Two passes without dropout are equal: no KL, the mean of two equal losses."""
-    strategy = strategy_over(replicas)
-    plain_loss, plain_grads = _trainer(strategy, fused=False).gradients(BATCH)
-    loss, grads = _r_drop_trainer(strategy, 5.0, dropout=0.0).gradients(BATCH)
-    assert float(loss) == pytest.approx(float(plain_loss), rel=1e-5)
+    plain_loss, plain_grads = _plain(replicas)
+    loss, grads = _gradients(_r_drop_trainer(strategy_over(replicas), 5.0, dropout=0.0))
+    assert loss == pytest.approx(plain_loss, rel=1e-5)
     for got, want in zip(grads, plain_grads, strict=True):
-        np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(),
-                                   tf.convert_to_tensor(want).numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.slow
