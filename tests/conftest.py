@@ -202,11 +202,11 @@ def one_worker_reference(tmp_path_factory):
 # above (one_replica_reference, one_worker_reference, tiny_export), then the files that
 # use them, then the rest in their usual order.
 LONGEST_FIRST = (
-    "test_reliability_kill.py", "test_multiworker.py", "test_serving.py",
-    "test_pretrained.py", "test_reliability.py", "test_token_cache.py", "test_training.py",
-    "test_reliability_multiworker_loop.py", "test_serving_run_dir.py", "test_trainer.py",
-    "test_shortlist.py", "test_multilingual.py", "test_ensemble.py", "test_serving_cpp.py",
-    "test_reliability_serving.py", "test_decoding.py", "test_layers.py",
+    "test_reliability.py", "test_trainer.py", "test_shortlist.py", "test_training.py",
+    "test_multiworker.py", "test_reliability_kill.py", "test_serving_run_dir.py",
+    "test_pretrained.py", "test_serving.py", "test_ensemble.py", "test_multilingual.py",
+    "test_token_cache.py", "test_train_memory.py", "test_decoding.py", "test_transformer.py",
+    "test_serving_cpp.py", "test_serving_signatures.py", "test_reliability_multiworker_loop.py",
 )
 
 
