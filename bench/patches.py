@@ -14,9 +14,6 @@ before a change (or a sketch of a proposed one), so `train_speed.py`, `decode_sp
               the PAD/BOS mask and the beam scores over the whole vocabulary, then one
               top-k over K·V per sentence, as before the per-row top-k and log-sum-exp.
               Replaces `tfxformer.decoding.beam_search.top_extensions`.
-  all_rows_first_step  beam search's first step on all B·K rows (a sentence's K identical
-              BOS hypotheses) instead of one row per sentence with the cache tiled after
-              it. Replaces the `decoder` that `tfxformer.decoding.beam_search` calls.
   layer_step  the decoding step through the Keras layers (`model.decode_step`) instead of
               the lean step (:mod:`tfxformer.models.lean_step`): what the search ran before
               the lean step, for before/after figures. Replaces
@@ -65,16 +62,8 @@ def full_log_probs(logits, alive_log_probs, count, pad_id=0, bos_id=2):
     return log_probs, index // vocab, index % vocab
 
 
-def all_rows_first_step(*args, **kwargs):
-    """`tfxformer.decoding.ensemble.decoder` without a one-row-per-sentence first step."""
-    from tfxformer.decoding import ensemble
-
-    return ensemble.decoder(*args, **kwargs)._replace(first_step_fn=None)
-
-
 # name -> (module, public function it replaces, replacement)
 PATCHES = {
-    "all_rows_first_step": ("tfxformer.decoding.beam_search", "decoder", all_rows_first_step),
     "batched_projection": ("tfxformer.models.lean_step", "output_projection",
                            batched_projection),
     "full_log_probs": ("tfxformer.decoding.beam_search", "top_extensions", full_log_probs),

@@ -82,31 +82,24 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
     if lean_fn is not None:
         context = {"memory": memory, "cross_mask": source_mask[:, None, None, :]}
 
-        def decode(ids, index, self_cache, context, rows_per_sentence):
+        def decode(ids, index, self_cache, context):
             return lean_fn(ids, index, self_cache, context["memory"], context["cross_mask"],
-                           rows_per_sentence)
+                           beams)
     else:
         context = {"memory": memory, "source_mask": source_mask}
 
-        def decode(ids, index, self_cache, context, rows_per_sentence):
+        def decode(ids, index, self_cache, context):
             layers = [{"self": s, "cross": c}
                       for s, c in zip(self_cache, context["memory"], strict=True)]
             logits, layers = model.decode_step(ids, context["source_mask"], layers, index,
-                                               static_cache=static_cache,
-                                               beams=rows_per_sentence,
+                                               static_cache=static_cache, beams=beams,
                                                logit_rows=logit_rows)
             return logits, [c["self"] for c in layers]
 
-    def step_on(rows_per_sentence):
-        def step_fn(ids, index, self_cache, context):
-            if shortlist is not None:
-                ids = tf.gather(shortlist, ids)  # shortlist columns -> vocabulary ids
-            return decode(ids, index, self_cache, context, rows_per_sentence)
-        return step_fn
+    def step_fn(ids, index, self_cache, context):
+        if shortlist is not None:
+            ids = tf.gather(shortlist, ids)  # shortlist columns -> vocabulary ids
+        return decode(ids, index, self_cache, context)
 
-    # A growing cache may change its number of rows between steps: the first step can
-    # then run on one row per sentence.
-    first_step_fn = None if static_cache else step_on(1)
-    return DecodeStart(step_on(beams), [c["self"] for c in cache], context, limits, length,
-                       first_step_fn)
+    return DecodeStart(step_fn, [c["self"] for c in cache], context, limits, length)
 

@@ -136,16 +136,9 @@ def top_extensions(logits, alive_log_probs, count, pad_id=PAD_ID, bos_id=BOS_ID)
     log_probs = tf.where((tokens == pad_id) | (tokens == bos_id), NEG_INF, log_probs)
     batch = tf.shape(alive_log_probs)[0]
     log_probs = tf.reshape(log_probs, [batch, k, per_row]) + alive_log_probs[:, :, None]
-    log_probs = tf.reshape(log_probs, [batch, k * per_row])
-    tokens = tf.reshape(tokens, [batch, k * per_row])
-    if not all(isinstance(n, int) for n in (k, per_row, count)) or k * per_row < count:
-        # Fewer candidates than `count` can happen (one hypothesis per sentence and a
-        # vocabulary under `count` + 2): impossible ones fill the rest, as dead beams do.
-        log_probs = tf.concat([log_probs, tf.fill([batch, count], NEG_INF)], axis=1)
-        tokens = tf.concat([tokens, tf.fill([batch, count], pad_id)], axis=1)
-    log_probs, index = tf.math.top_k(log_probs, count)
-    tokens = tf.gather(tokens, index, batch_dims=1)
-    return log_probs, tf.minimum(index // per_row, k - 1), tokens
+    log_probs, index = tf.math.top_k(tf.reshape(log_probs, [batch, k * per_row]), count)
+    tokens = tf.gather(tf.reshape(tokens, [batch, k * per_row]), index, batch_dims=1)
+    return log_probs, index // per_row, tokens
 
 
 def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size,
@@ -191,8 +184,8 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
     out = (tf.fill([batch, beam_size, start.output_columns], pad_id),
            tf.fill([batch, beam_size], NEG_INF), tf.zeros([batch], tf.int32))
 
-    def body(state, out_ids, out_scores, out_steps, first_step_fn=None):
-        state = search.step(state, first_step_fn)
+    def body(state, out_ids, out_scores, out_steps):
+        state = search.step(state)
         if static_cache:
             return state, out_ids, out_scores, out_steps
         done = search.done(state)
@@ -208,11 +201,6 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
     def cond(state, *_):
         return (state.i < start.output_columns) & ~tf.reduce_all(search.done(state))
 
-    if start.first_step_fn is not None and not static_cache:
-        # Step 0 on one row per sentence (its beams are one BOS hypothesis), out of the
-        # loop: the cache then has its B * K rows. It is the loop's first iteration
-        # (no sentence is done before it: every limit is >= 1).
-        state, *out = body(state, *out, first_step_fn=start.first_step_fn)
     invariants = (common.loop_invariants(state, static_cache), *(t.shape for t in out))
     state, out_ids, out_scores, out_steps = tf.while_loop(cond, body, (state, *out),
                                                           shape_invariants=invariants)
@@ -277,17 +265,9 @@ class BeamSearchLoop:
             full &= tf.reduce_min(state.finished_scores, axis=1) > best_alive
         return full | (state.i >= state.limits)
 
-    def step(self, state, first_step_fn=None):
-        """One step of every alive hypothesis; with `first_step_fn` (the first step only,
-        :class:`DecodeStart`) on one row per sentence, whose cache rows the K new
-        hypotheses then gather."""
+    def step(self, state):
         i, k = state.i, self.beam_size
-        if first_step_fn is None:
-            seq, log_probs, beams, tokens, cache = self._grow(state)
-            cache_rows = k  # per sentence
-        else:  # one row per sentence: the gather below makes its K
-            seq, log_probs, beams, tokens, cache = self._grow_first(state, first_step_fn)
-            cache_rows = 1
+        seq, log_probs, beams, tokens, cache = self._grow(state)
         ended = tf.equal(tokens, self.eos_id) | (i + 1 >= state.limits[:, None])  # (B', 2K)
         # Only the K best extensions of a step may finish (they are the beam; so beam 1
         # is greedy), and none that descends from no real hypothesis.
@@ -297,7 +277,7 @@ class BeamSearchLoop:
         alive_log_probs = tf.where(ended, NEG_INF, log_probs)
         alive_log_probs, alive = tf.math.top_k(alive_log_probs, k=k)  # (B', K)
         batch = tf.shape(alive)[0]
-        rows = tf.reshape(_gather(beams, alive) + tf.range(batch)[:, None] * cache_rows, [-1])
+        rows = tf.reshape(_gather(beams, alive) + tf.range(batch)[:, None] * k, [-1])
 
         normalizer = self._normalizer(i + 1, tf.equal(tokens, self.eos_id))
         scores = tf.where(ended_real, log_probs / normalizer, NEG_INF)
@@ -319,18 +299,6 @@ class BeamSearchLoop:
                                                   2 * self.beam_size, self.pad_id, self.bos_id)
         seq = common.write_column(_gather(state.alive_seq, beams), i + 1, tokens)
         return seq, log_probs, beams, tokens, cache  # (B', 2K, L + 1), (B', 2K) x 3
-
-    def _grow_first(self, state, first_step_fn):
-        """`_grow` at step 0, when a sentence's K hypotheses are one: its first row only
-        (the cache it returns has one row per sentence; every extension is of beam 0)."""
-        k = self.beam_size
-        one_row = tf.nest.map_structure(lambda t: t[::k], state.cache)  # rows b * K
-        logits, cache = first_step_fn(state.alive_seq[:, 0, :1], state.i, one_row,
-                                      state.context)  # (B', V)
-        log_probs, beams, tokens = top_extensions(logits, state.alive_log_probs[:, :1],
-                                                  2 * k, self.pad_id, self.bos_id)
-        seq = common.write_column(_gather(state.alive_seq, beams), state.i + 1, tokens)
-        return seq, log_probs, beams, tokens, cache
 
     def result(self, state):
         """(ids (B', K, L), scores (B', K)): finished hypotheses, best first; the alive

@@ -14,12 +14,6 @@ and tf-models' `SequenceBeamSearch(symbols_to_logits_fn, ...)`), not on a model:
                                 read only: never reordered, shared by a sentence's beams
         logits   (N, V) or (N, 1, V)     next-token scores
 
-A :class:`DecodeStart` may also carry `first_step_fn`, the same function on one row per
-sentence (N = B; cache rows 0, beams, 2·beams, ...): beam search then runs its first step,
-where a sentence's beams are all the same BOS hypothesis, on B rows instead of B·beams;
-the beams' new hypotheses then gather their sentence's row of the cache (CTranslate2
-likewise runs its first step before expanding to the beams).
-
 :func:`tfxformer.decoding.adapter.transformer_decoder` builds one for a Transformer.
 With a vocabulary shortlist (:mod:`tfxformer.decoding.shortlist`) V is the shortlist's
 length and the ids are its columns; the special ids 0..3 are the same in both.
@@ -62,9 +56,6 @@ class DecodeStart(NamedTuple):
     context: Any  # nest, leaves (B, ...): per sentence, read only
     limits: tf.Tensor  # (B,) int32 >= 1: output tokens allowed per sentence, EOS included
     output_columns: tf.Tensor  # () int32 >= every limit: the columns L of the output ids
-    # Optional: step_fn on one row per sentence (ids (B, 1), cache leaves (B, ...)), for a
-    # beam search's first step, where a sentence's beams are all the same BOS hypothesis.
-    first_step_fn: Callable | None = None
 
 
 def checked(tensor, assertion, message):

@@ -88,18 +88,11 @@ def ensemble_decoder(models, source_ids, beams=1, extra_length=DEFAULTS.extra_le
     starts = [transformer_decoder(m, source_ids, beams, extra_length, cap, static_cache,
                                   shortlist) for m in models]
 
-    def step_on(member_step):
-        def step_fn(ids, index, cache, context):
-            outputs = [member_step(start)(ids, index, c, x)
-                       for start, c, x in zip(starts, cache, context, strict=True)]
-            return (ensemble_log_probs([logits for logits, _ in outputs]),
-                    [c for _, c in outputs])
-        return step_fn
+    def step_fn(ids, index, cache, context):
+        outputs = [start.step_fn(ids, index, c, x)
+                   for start, c, x in zip(starts, cache, context, strict=True)]
+        return ensemble_log_probs([logits for logits, _ in outputs]), [c for _, c in outputs]
 
     first = starts[0]
-    first_step_fn = None
-    if all(start.first_step_fn is not None for start in starts):
-        first_step_fn = step_on(lambda start: start.first_step_fn)
-    return DecodeStart(step_on(lambda start: start.step_fn), [s.cache for s in starts],
-                       [s.context for s in starts], first.limits, first.output_columns,
-                       first_step_fn)
+    return DecodeStart(step_fn, [s.cache for s in starts], [s.context for s in starts],
+                       first.limits, first.output_columns)
