@@ -10,10 +10,6 @@ before a change (or a sketch of a proposed one), so `train_speed.py`, `decode_sp
   batched_projection  the lean step's output projection as the broadcast batched matmul
               `tf.matmul(x[:, None, :], rows, transpose_b=True)` it ran before the 2-D
               one. Replaces `tfxformer.models.lean_step.output_projection`.
-  full_log_probs  beam search's candidates from (rows, V) log-probabilities: log-softmax,
-              the PAD/BOS mask and the beam scores over the whole vocabulary, then one
-              top-k over K·V per sentence, as before the per-row top-k and log-sum-exp.
-              Replaces `tfxformer.decoding.beam_search.top_extensions`.
   layer_step  the decoding step through the Keras layers (`model.decode_step`) instead of
               the lean step (:mod:`tfxformer.models.lean_step`): what the search ran before
               the lean step, for before/after figures. Replaces
@@ -48,25 +44,10 @@ def batched_projection(rows, dtype):
                              tf.float32)
 
 
-def full_log_probs(logits, alive_log_probs, count, pad_id=0, bos_id=2):
-    """`tfxformer.decoding.beam_search.top_extensions` over materialised log-probabilities."""
-    import tensorflow as tf
-
-    from tfxformer.decoding import common, topk
-
-    log_probs = common.next_token_log_probs(logits, pad_id, bos_id)  # (B'·K, V)
-    k = alive_log_probs.shape[1] or tf.shape(alive_log_probs)[1]
-    batch, vocab = tf.shape(alive_log_probs)[0], log_probs.shape[-1] or tf.shape(log_probs)[-1]
-    log_probs = tf.reshape(log_probs, [batch, k, vocab]) + alive_log_probs[:, :, None]
-    log_probs, index = topk.top_k(tf.reshape(log_probs, [batch, k * vocab]), count)
-    return log_probs, index // vocab, index % vocab
-
-
 # name -> (module, public function it replaces, replacement)
 PATCHES = {
     "batched_projection": ("tfxformer.models.lean_step", "output_projection",
                            batched_projection),
-    "full_log_probs": ("tfxformer.decoding.beam_search", "top_extensions", full_log_probs),
     "layer_step": ("tfxformer.models.lean_step", "unsupported", lambda model: "patched off"),
     "plain_topk": ("tfxformer.decoding.topk", "top_k", plain_top_k),
 }

@@ -1,6 +1,5 @@
 """tfxformer.decoding: greedy and beam search (§6.1) on the key/value cache."""
 
-import functools
 import itertools
 import math
 
@@ -19,7 +18,6 @@ from tfxformer.decoding import (
     greedy_search,
     length_penalty,
     sequence_beam_search,
-    top_extensions,
 )
 from tfxformer.decoding.adapter import output_limits
 from tfxformer.decoding.common import next_token_log_probs
@@ -370,30 +368,3 @@ def test_decoding_options_own_the_defaults_and_name_bad_values():
             options.replace(**bad)
     with pytest.raises(ValueError, match="Unknown DecodingOptions setting.*'beam'"):
         options.replace(beam=2)
-
-
-@pytest.mark.parametrize("beams, vocab, shortlist", [(4, 8000, False), (2, 300, False),
-                                                     (3, 9, False), (4, 700, True)])
-def test_top_extensions_are_those_of_the_full_log_probabilities(beams, vocab, shortlist):
-    """Per-row top (2K + 2) of the logits and one log-sum-exp per row give the candidates
-    that log-softmax, the PAD/BOS mask and one top-k over K·V give; PAD and BOS (given
-    the largest logits here) are never among them."""
-    rng = np.random.RandomState(vocab)
-    sentences, count = 3, 2 * beams
-    logits = rng.normal(0, 3, (sentences * beams, vocab)).astype("float32")
-    logits[:, [0, 2]] = 30.0
-    alive = rng.normal(-5, 2, (sentences, beams)).astype("float32")
-    alive[0, 1:] = -1e9  # a first step: one live hypothesis
-    search = functools.partial(top_extensions, count=count)
-    if shortlist:  # a per-batch shortlist: the number of columns is not static
-        search = tf.function(search, input_signature=[
-            tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, beams], tf.float32)])
-    scores, rows, tokens = search(tf.constant(logits), tf.constant(alive))
-    full = next_token_log_probs(tf.constant(logits)).numpy().reshape(sentences, -1, vocab)
-    full = (full + alive[:, :, None]).reshape(sentences, -1)
-    order = np.argsort(-full, axis=1, kind="stable")[:, :count]
-    np.testing.assert_allclose(scores.numpy(), np.take_along_axis(full, order, 1), rtol=1e-5,
-                               atol=1e-4)
-    np.testing.assert_array_equal(rows.numpy(), order // vocab)
-    np.testing.assert_array_equal(tokens.numpy(), order % vocab)
-    assert not np.isin(tokens.numpy(), [0, 2]).any()

@@ -115,30 +115,14 @@ def top_extensions(logits, alive_log_probs, count, pad_id=PAD_ID, bos_id=BOS_ID)
 
     logits (B'·K, V) (or (B'·K, 1, V)), alive_log_probs (B', K) -> (log P (B', count)
     float32, best first; the hypothesis each extends (B', count); its token (B', count)).
-
-    No (B'·K, V) log-probabilities are made: the `count` best extensions of a sentence are
-    among the `count` best tokens of each of its hypotheses, and log-softmax moves a row's
-    logits by one constant, so each row gives its `count` + 2 best logits (the chunked
-    top-k, :mod:`tfxformer.decoding.topk`; + 2 for PAD and BOS, never generated) and one
-    log-sum-exp, and the K·(`count` + 2) candidates of a sentence are merged.
     """
-    if logits.shape.rank == 3:
-        logits = logits[:, -1]
-    logits = tf.cast(logits, tf.float32)  # (B'·K, V)
+    log_probs = common.next_token_log_probs(logits, pad_id, bos_id)  # (B'·K, V)
     k = alive_log_probs.shape[1] or tf.shape(alive_log_probs)[1]
-    vocab = logits.shape[-1]
-    if isinstance(count, int) and vocab is not None:
-        per_row = min(count + 2, vocab)
-    else:  # a beam size or a shortlist known only when the graph runs
-        per_row = tf.minimum(tf.cast(count, tf.int32) + 2, tf.shape(logits)[-1])
-    values, tokens = topk.top_k(logits, per_row)  # (B'·K, C) each, best first
-    log_probs = values - tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
-    log_probs = tf.where((tokens == pad_id) | (tokens == bos_id), NEG_INF, log_probs)
-    batch = tf.shape(alive_log_probs)[0]
-    log_probs = tf.reshape(log_probs, [batch, k, per_row]) + alive_log_probs[:, :, None]
-    log_probs, index = tf.math.top_k(tf.reshape(log_probs, [batch, k * per_row]), count)
-    tokens = tf.gather(tf.reshape(tokens, [batch, k * per_row]), index, batch_dims=1)
-    return log_probs, index // per_row, tokens
+    batch, vocab = tf.shape(alive_log_probs)[0], log_probs.shape[-1] or tf.shape(log_probs)[-1]
+    log_probs = tf.reshape(log_probs, [batch, k, vocab]) + alive_log_probs[:, :, None]
+    # tf.math.top_k's results, in two cheap passes over the K·V values (decoding.topk)
+    log_probs, index = topk.top_k(tf.reshape(log_probs, [batch, k * vocab]), count)
+    return log_probs, index // vocab, index % vocab
 
 
 def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size,
@@ -149,13 +133,12 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
     """Beam search with the GNMT length penalty on a step function (§6.1).
 
     Runs inside one `tf.while_loop` (graph-safe; with `static_cache=True` and a Python
-    `beam_size` XLA-compatible). Extensions are scored by float32 log-probabilities
-    (:func:`top_extensions`: per-row top-k and log-sum-exp); PAD and BOS are never
-    generated. A sentence is done when it reaches its limit, or by the `stopping` rule:
-    "bound", when its best alive hypothesis, even at its longest length (the largest
-    normalizer for α >= 0), cannot beat the worst of beam_size finished ones, so the n-best
-    list is the one of the full search; "finished", when beam_size hypotheses have
-    finished. Without `static_cache` a done sentence leaves the batch (see
+    `beam_size` XLA-compatible). Logits are normalized with a float32 log_softmax; PAD
+    and BOS are never generated. A sentence is done when it reaches its limit, or by the
+    `stopping` rule: "bound", when its best alive hypothesis, even at its longest length
+    (the largest normalizer for α >= 0), cannot beat the worst of beam_size finished ones,
+    so the n-best list is the one of the full search; "finished", when beam_size
+    hypotheses have finished. Without `static_cache` a done sentence leaves the batch (see
     :mod:`common`); the loop stops when every sentence is done.
 
     Args:
