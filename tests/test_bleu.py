@@ -1,12 +1,12 @@
 """BLEU both ways (scripts/bleu.py): sacreBLEU and the paper's compound-split tokenized BLEU."""
 
-import importlib.util
 import json
 import os
 
 import pytest
 import sacrebleu
 from conftest import SHARED_DATA
+from test_serving import load_script
 
 from tfxformer.bleu import (
     compound_split_bleu,
@@ -19,16 +19,6 @@ from tfxformer.bleu import (
 
 NEWSTEST = os.path.join(SHARED_DATA, "wmt14", "newstest2014.de")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _script(name):
-    """scripts/<name>.py as a module: its main(argv) runs in this process (a subprocess
-    would spend its time importing TensorFlow; the claims are the scripts' output)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts",
-                                                                     f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_split_compounds_as_get_ende_bleu_sh():
@@ -73,7 +63,7 @@ def test_bleu_script(tmp_path, capsys):
         hyp.write_text("".join(line for _, line in zip(range(3003), f, strict=False)),
                        encoding="utf-8")
     capsys.readouterr()
-    assert _script("bleu").main(["--hyp", str(hyp), "--ref", NEWSTEST]) == 0
+    assert load_script("bleu").main(["--hyp", str(hyp), "--ref", NEWSTEST]) == 0
     scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert scores["bleu"] == pytest.approx(100) and scores["bleu_compound_split"] == \
         pytest.approx(100)
@@ -128,7 +118,7 @@ def test_literature_setup_writes_the_datasets_tokenized_text(tmp_path, capsys):
     """scripts/literature_setup.py: references copied from tok/, training text tokenised
     the same way (lowercased, normalised, escaped)."""
     out = tmp_path / "lc_tok"
-    script = _script("literature_setup")
+    script = load_script("literature_setup")
     assert script.main(["--data", MULTI30K, "--out", str(out), "--langs", "en", "de",
                         "--splits", "val", "test_2016_flickr"]) == 0
     shipped = os.path.join(MULTI30K, "tok", "test_2016_flickr.lc.norm.tok.de")

@@ -2,7 +2,6 @@
 `Transformer.from_preset(path)`, `Tokenizer.from_preset(path)`, `save_to_preset`, and
 `scripts/train_wmt.py --init-from`."""
 
-import importlib.util
 import json
 import os
 import re
@@ -25,6 +24,7 @@ from test_reliability import (
     tiny_corpus,
     train_wmt,
 )
+from test_serving import load_script
 
 from tfxformer import Transformer, pretrained, rundir
 from tfxformer.data import Tokenizer
@@ -286,11 +286,7 @@ def _exported_spm(source):
 
 def _plot_training():
     """scripts/plot_training.py as a module (its reader of a run's TensorBoard scalars)."""
-    spec = importlib.util.spec_from_file_location(
-        "plot_training", os.path.join(os.path.dirname(TRAIN_WMT), "plot_training.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("plot_training")
 
 
 @pytest.mark.slow
