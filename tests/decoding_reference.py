@@ -1,6 +1,8 @@
 """The decoders as they were before finished sentences left the batch (tfxformer at
 3aec258, docstrings cut): every sentence runs until the last is done. The reference that
 tests/test_decoding.py holds the compacting decoders to; calls the Transformer directly.
+`stopping="finished"` (added since): a sentence is done once beam_size hypotheses have
+finished; it then keeps running with the others, its finished list frozen.
 """
 
 import tensorflow as tf
@@ -73,7 +75,8 @@ def _gather(x, index):
     return tf.gather(x, index, batch_dims=1)
 
 
-def beam_search(model, source_ids, beam_size, alpha, extra_length=50, static_cache=False):
+def beam_search(model, source_ids, beam_size, alpha, extra_length=50, static_cache=False,
+                stopping="bound"):
     source_ids = tf.convert_to_tensor(source_ids)
     memory, source_mask = model.encode(source_ids)
     limits, length = _limits(model, source_ids, source_mask, extra_length)
@@ -84,10 +87,22 @@ def beam_search(model, source_ids, beam_size, alpha, extra_length=50, static_cac
     def not_done(s):
         best_alive = s["alive_log_probs"][:, 0] / _penalty(limits, alpha)
         worst_finished = tf.reduce_min(s["finished_scores"], axis=1)
-        bound_met = tf.reduce_all(s["finished_flags"], axis=1) & (worst_finished > best_alive)
+        bound_met = tf.reduce_all(s["finished_flags"], axis=1)
+        if stopping == "bound":
+            bound_met &= worst_finished > best_alive
         return (s["i"] < length) & ~tf.reduce_all(bound_met | (s["i"] >= limits))
 
     def step(s):
+        new = _step(s)
+        if stopping == "bound":  # what is done stays so: the bound proves it
+            return new
+        frozen = tf.reduce_all(s["finished_flags"], axis=1) | (s["i"] >= limits)
+        for name in ("finished_seq", "finished_scores", "finished_flags"):
+            shape = tf.concat([tf.shape(frozen), tf.ones([new[name].shape.rank - 1], tf.int32)], 0)
+            new[name] = tf.where(tf.reshape(frozen, shape), s[name], new[name])
+        return new
+
+    def _step(s):
         i, alive_seq = s["i"], s["alive_seq"]
         layers = [{"self": a, "cross": c} for a, c in zip(s["cache"], cross, strict=True)]
         logits, layers = model.decode_step(tf.reshape(alive_seq[:, :, i], [-1, 1]), source_mask,

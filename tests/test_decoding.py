@@ -4,6 +4,7 @@ import itertools
 import math
 
 import decoding_reference as reference
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -264,6 +265,16 @@ def _mixed_lengths(lengths=(2, 9, 3, 12, 5, 1, 7, 4), seed=0):
     return tf.constant(source)
 
 
+@pytest.fixture(scope="module")
+def mixed_model():
+    """Seeded through Keras (its initializers ignore tf.random.set_seed): the same weights
+    whatever ran before, with EOS +1.5 (:class:`EOSBiased`)."""
+    keras.utils.set_random_seed(10)
+    model = Transformer.from_preset("tiny", vocab_size=VOCAB, max_positions=32)
+    model.build()
+    return EOSBiased(model, 1.5)
+
+
 class EOSBiased:
     """The Transformer with `bias` added to its EOS logit: random weights then end some
     sentences by EOS, others at their limits (the same model for both decoders)."""
@@ -284,20 +295,25 @@ class EOSBiased:
 
 
 @pytest.mark.parametrize("static_cache", [False, True])
-@pytest.mark.parametrize("decoder", ["greedy", 1, 4])
-def test_decoders_equal_the_reference_on_mixed_lengths(model, decoder, static_cache):
+@pytest.mark.parametrize("decoder, stopping", [("greedy", None), (1, "bound"), (4, "bound"),
+                                               (4, "finished")])
+def test_decoders_equal_the_reference_on_mixed_lengths(mixed_model, decoder, stopping,
+                                                       static_cache):
     """Finished sentences leaving the batch change no output: the decoders equal the
     algorithm before that change (tests/decoding_reference.py: every sentence runs until
-    the last is done), for greedy and beams 1 and 4, growing and static caches, on
-    sentences that end by EOS or at their limits at different steps."""
-    source, model = _mixed_lengths(), EOSBiased(model, 1.5)
+    the last is done), for greedy and beams 1 and 4 under both stopping rules, growing
+    and static caches, on sentences that end by EOS or at their limits at different
+    steps. The model's weights (seed 10) are ones where the two rules keep different
+    n-best lists, so each rule is held to its own reference."""
+    source, model = _mixed_lengths(), mixed_model
     if decoder == "greedy":
         out = greedy_decode(model, source, extra_length=6, static_cache=static_cache)
         expected = reference.greedy_decode(model, source, 6, static_cache)
     else:
         out = beam_search(model, source, beam_size=decoder, alpha=0.6, extra_length=6,
-                          static_cache=static_cache)
-        expected = reference.beam_search(model, source, decoder, 0.6, 6, static_cache)
+                          static_cache=static_cache, stopping=stopping)
+        expected = reference.beam_search(model, source, decoder, 0.6, 6, static_cache,
+                                         stopping)
     np.testing.assert_allclose(out.scores, expected[2], rtol=1e-5, atol=1e-5)
     # The same n-best lists; two hypotheses whose scores tie to float rounding (the
     # reference takes a log-softmax over the whole vocabulary, the search a log-sum-exp)

@@ -149,7 +149,8 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
         eos_id: the token that ends a hypothesis; None: none does (run to the limits).
         pad_id: written after a hypothesis' end; bos_id: the first decoder input.
         static_cache: the step function keeps every shape fixed (XLA); sentences then
-            stay in the batch until all are done.
+            stay in the batch until all are done, their n-best lists held from the step
+            they were done (the same output as without it).
         stopping: "bound" or "finished" (above; :data:`tfxformer.config.DEFAULT_STOPPING`).
         length_normalization: "gnmt" (lp(Y), §6.1) or "length" (|Y|^α without the EOS):
             :func:`length_normalizer`.
@@ -168,9 +169,9 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
            tf.fill([batch, beam_size], NEG_INF), tf.zeros([batch], tf.int32))
 
     def body(state, out_ids, out_scores, out_steps):
-        state = search.step(state)
         if static_cache:
-            return state, out_ids, out_scores, out_steps
+            return search.hold_done(state, search.step(state)), out_ids, out_scores, out_steps
+        state = search.step(state)
         done = search.done(state)
 
         def leave():
@@ -247,6 +248,19 @@ class BeamSearchLoop:
             best_alive = state.alive_log_probs[:, 0] / self._normalizer(state.limits)
             full &= tf.reduce_min(state.finished_scores, axis=1) > best_alive
         return full | (state.i >= state.limits)
+
+    def hold_done(self, before, after):
+        """`after` (one :meth:`step` on `before`) with the hypotheses of the sentences done
+        in `before` as they were: a done sentence that stays in the batch (a static cache)
+        returns what it would have returned on leaving it."""
+        done = self.done(before)
+        held = {}
+        for name in ("alive_seq", "alive_log_probs", "finished_seq", "finished_scores",
+                     "finished_flags"):
+            new = getattr(after, name)
+            where = tf.reshape(done, [-1] + [1] * (new.shape.rank - 1))
+            held[name] = tf.where(where, getattr(before, name), new)
+        return after._replace(**held)
 
     def step(self, state):
         i, k = state.i, self.beam_size
