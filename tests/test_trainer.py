@@ -5,6 +5,9 @@ checked is the Trainer's arithmetic, and tracing a step under MirroredStrategy c
 per layer and per replica.
 """
 
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -215,3 +218,20 @@ def test_fault_steps_and_halt_inside_one_call():
     records = stop.loop(iter(tf.data.Dataset.from_tensors(BATCH).repeat()))(4).numpy()
     assert records[:, 0].tolist() == [4, 5, 5, 5] and records[:, 3].tolist() == [1, 0, 0, 0]
     assert int(trainer.optimizer.iterations.numpy()) == 4
+
+
+def test_split_cpu_keeps_the_callers_larger_split():
+    """A caller split the CPU into 4 before TensorFlow started: a run asking for 1 device
+    keeps the 4, so a later run in the process asking for 2 still finds them (in a fresh
+    process: in this one conftest's split may already be initialised)."""
+    code = ("import tensorflow as tf\n"
+            "from tfxformer.distribute import make_strategy, split_cpu\n"
+            "cpu = tf.config.list_physical_devices('CPU')[0]\n"
+            "tf.config.set_logical_device_configuration(\n"
+            "    cpu, [tf.config.LogicalDeviceConfiguration()] * 4)\n"
+            "split_cpu(1)\n"
+            "print(len(tf.config.get_logical_device_configuration(cpu)),\n"
+            "      make_strategy(2).num_replicas_in_sync)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.split() == ["4", "2"]

@@ -18,14 +18,14 @@ log = logging.getLogger(__name__)
 def split_cpu(num_devices: int) -> None:
     """Splits the physical CPU into `num_devices` logical devices (before any op runs).
 
-    Lets MirroredStrategy run `num_devices` replicas on a machine without GPUs. When
-    TensorFlow is already initialised with at least `num_devices` logical CPUs (e.g. by
-    the caller), those are used as they are.
+    Lets MirroredStrategy run `num_devices` replicas on a machine without GPUs. When the
+    caller already split the CPU into at least `num_devices` logical devices (TensorFlow
+    initialised or not), the split is kept: a later call asking for more still finds them.
     """
     num_devices = checks.integer(num_devices, "cpu_devices", 1)
     cpu = tf.config.list_physical_devices("CPU")[0]
     current = tf.config.get_logical_device_configuration(cpu)
-    if current is not None and len(current) == num_devices:
+    if current is not None and len(current) >= num_devices:
         return
     try:
         tf.config.set_logical_device_configuration(
@@ -104,7 +104,7 @@ def barrier(strategy: tf.distribute.Strategy) -> None:
     if not is_multi_worker(strategy):
         return
 
-    @tf.function
+    @tf.function(autograph=False)
     def all_reduce():
         ones = strategy.run(lambda: tf.ones([]))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None)

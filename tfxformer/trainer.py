@@ -110,14 +110,18 @@ class Trainer:
         faults = sorted({int(s) for s in nonfinite_fault_steps})
         self._faults = tf.constant(faults, tf.int64, shape=[len(faults)])
         self.traces = 0  # traces of the step function (one per run: any bucket shape)
-        self._grad_fn = tf.function(self._replica_gradients, jit_compile=jit_compile)
+        # Graph code throughout (tf.cond, tf.while_loop): traced without AutoGraph, which
+        # would convert every Keras call it reaches, seconds per trace.
+        self._grad_fn = tf.function(self._replica_gradients, jit_compile=jit_compile,
+                                    autograph=False)
         self._local = len(strategy.extended.worker_devices)
         # Flat per-replica tensors (cheapest to pass): [batch][local replica][3 tensors].
         flat = [_IDS] * (3 * self._local * self.accumulation_steps)
-        self._step_fn = tf.function(self._step_flat, input_signature=[flat])
+        self._step_fn = tf.function(self._step_flat, input_signature=[flat], autograph=False)
         self._concrete = None
         self._update_loop = None
-        self.eval_step = tf.function(self._eval_step, input_signature=[BATCH_SPEC])
+        self.eval_step = tf.function(self._eval_step, input_signature=[BATCH_SPEC],
+                                     autograph=False)
 
     # --- replica functions ----------------------------------------------------------------
 
@@ -235,11 +239,14 @@ class Trainer:
         """`attempts` updates (each `_step`) on global batches read from `iterator` inside
         the graph; their records stacked, (attempts, 4), on the host device."""
         self.traces += 1
-        records = tf.TensorArray(tf.float64, size=attempts, element_shape=[4])
-        for i in tf.range(attempts):
+        def update(i, records):
             batches = [self.strategy.run(replica_slice, args=(next(iterator),))
                        for _ in range(self.accumulation_steps)]
-            records = records.write(i, self._step(batches)["record"])
+            return i + 1, records.write(i, self._step(batches)["record"])
+
+        records = tf.TensorArray(tf.float64, size=attempts, element_shape=[4])
+        _, records = tf.while_loop(lambda i, _: i < attempts, update,
+                                   (tf.constant(0), records))
         return records.stack()
 
     def loop(self, iterator) -> UpdateLoop:
@@ -284,7 +291,7 @@ class Trainer:
 
         The reference the replica-count tests compare; the same math as `train_step`.
         """
-        @tf.function(input_signature=[BATCH_SPEC])
+        @tf.function(input_signature=[BATCH_SPEC], autograph=False)
         def run(batch):
             batch = self.strategy.run(replica_slice, args=(batch,))
             tokens = self.strategy.reduce(
@@ -321,7 +328,8 @@ class UpdateLoop:
 
     def __init__(self, trainer: Trainer, iterator):
         self.trainer, self.iterator = trainer, iterator
-        function = tf.function(lambda attempts: trainer._updates(iterator, attempts))
+        function = tf.function(lambda attempts: trainer._updates(iterator, attempts),
+                               autograph=False)
         self._concrete = function.get_concrete_function(tf.TensorSpec([], tf.int32))
 
     def __call__(self, attempts: int) -> tf.Tensor:
