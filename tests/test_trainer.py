@@ -220,6 +220,7 @@ def test_fault_steps_and_halt_inside_one_call():
     assert int(trainer.optimizer.iterations.numpy()) == 4
 
 
+@pytest.mark.slow
 def test_split_cpu_keeps_the_callers_larger_split():
     """A caller split the CPU into 4 before TensorFlow started: a run asking for 1 device
     keeps the 4, so a later run in the process asking for 2 still finds them (in a fresh
