@@ -84,22 +84,24 @@ def beam_search(model, source_ids, beam_size, alpha, extra_length=50, static_cac
     cache = model.init_cache(memory, length if static_cache else None, batch_size=batch * k)
     cross = [c["cross"] for c in cache]
 
-    def not_done(s):
-        best_alive = s["alive_log_probs"][:, 0] / _penalty(limits, alpha)
-        worst_finished = tf.reduce_min(s["finished_scores"], axis=1)
-        bound_met = tf.reduce_all(s["finished_flags"], axis=1)
+    def done(s):
+        met = tf.reduce_all(s["finished_flags"], axis=1)
         if stopping == "bound":
-            bound_met &= worst_finished > best_alive
-        return (s["i"] < length) & ~tf.reduce_all(bound_met | (s["i"] >= limits))
+            best_alive = s["alive_log_probs"][:, 0] / _penalty(limits, alpha)
+            met &= tf.reduce_min(s["finished_scores"], axis=1) > best_alive
+        return met | (s["i"] >= limits)
+
+    def not_done(s):
+        return (s["i"] < length) & ~tf.reduce_all(done(s))
 
     def step(s):
         new = _step(s)
         if stopping == "bound":  # what is done stays so: the bound proves it
             return new
-        frozen = tf.reduce_all(s["finished_flags"], axis=1) | (s["i"] >= limits)
+        frozen = done(s)
         for name in ("finished_seq", "finished_scores", "finished_flags"):
-            shape = tf.concat([tf.shape(frozen), tf.ones([new[name].shape.rank - 1], tf.int32)], 0)
-            new[name] = tf.where(tf.reshape(frozen, shape), s[name], new[name])
+            where = tf.reshape(frozen, [-1] + [1] * (new[name].shape.rank - 1))
+            new[name] = tf.where(where, s[name], new[name])
         return new
 
     def _step(s):

@@ -239,6 +239,7 @@ class Trainer:
         """`attempts` updates (each `_step`) on global batches read from `iterator` inside
         the graph; their records stacked, (attempts, 4), on the host device."""
         self.traces += 1
+
         def update(i, records):
             batches = [self.strategy.run(replica_slice, args=(next(iterator),))
                        for _ in range(self.accumulation_steps)]
