@@ -130,6 +130,12 @@ def test_a_change_of_vocabulary_corpus_or_max_length_rebuilds_the_cache(corpus, 
     path = os.path.join(folder, "train.de")
     os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 1000))
     assert _open(copy, tokenizer, run) is None  # same size, other mtime
+    rebuilt = token_cache.build(copy.train, tokenizer, str(run), max_length=MAX_LENGTH,
+                                shard_pairs=SHARD)
+    # The same ids under new keys: a checkpoint's data position still holds.
+    assert rebuilt.key != first.key and rebuilt.content_key == first.content_key
+    assert _build(corpus, tokenizer, tmp_path / "short", max_length=20).content_key \
+        != first.content_key
     with pytest.raises(ValueError, match="max_length=32, but the token cache"):
         token_cache.train_dataset(first, **dict(OPTIONS, max_length=32))
 
@@ -235,3 +241,10 @@ def test_train_wmt_with_and_without_the_cache_trains_alike(tmp_path, capsys,
     assert log.count("Token cache: using") == 1 and log.count("Token cache: wrote") == 2
     assert "token_cache: " in log  # the new cache's pipeline does not resume the old one's
     assert len(os.listdir(tmp_path / "cached" / "token_cache")) == 1
+    copied = str(tmp_path / "copied")  # the corpus copied afresh: another path, the same text
+    shutil.copytree(data, copied)
+    assert train_wmt.main(script_args(copied, run, 36, max_length=40)) == 0
+    with open(tmp_path / "cached" / "train.log", encoding="utf-8") as f:
+        log = f.read()
+    assert log.count("Token cache: wrote") == 3  # rebuilt for the new mtimes, and
+    assert log.count("settings differ") == 1  # the data pipeline resumed where it stopped

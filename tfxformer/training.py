@@ -175,14 +175,15 @@ def _write_config(config: TrainConfig, model_config: ModelConfig, chief: bool,
 def _data_settings(config: TrainConfig, replicas: int, cache=None) -> dict:
     """The settings that shape the training pipeline (and so its checkpointed position).
 
-    With the token cache, also its key: a position in one cache's pairs is not one in
-    another's (and the cache's pipeline is not the on-the-fly one). Without it, the
-    settings are those of runs made before the cache existed, which resume as they did.
+    With the token cache, also its content key: a position in one cache's pairs is not one
+    in another's (and the cache's pipeline is not the on-the-fly one), but it is one in a
+    rebuild of the same ids (a corpus copied afresh). Without it, the settings are those of
+    runs made before the cache existed, which resume as they did.
     """
     names = ("batch_tokens", "accumulation_steps", "max_length", "shuffle_buffer", "seed")
     settings = dict({name: getattr(config, name) for name in names}, replicas=replicas)
     if cache is not None:
-        settings["token_cache"] = cache.key
+        settings["token_cache"] = cache.content_key
     if config.subword_sampling:  # only when on: runs without it resume as they did
         settings["subword_sampling"] = config.subword_sampling
     return settings

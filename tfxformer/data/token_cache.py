@@ -42,6 +42,11 @@ the whole corpus once more; any write to a file changes its mtime. A file
 replaced by another of the same size with its mtime kept (`cp -p`, `rsync -t`) is not
 noticed: delete `token_cache/` then. When a new cache is committed, the other entries of
 `token_cache/` (older keys, temporary files) are removed.
+
+Resume: a checkpoint records the cache's `content_key` (a SHA-256 of its ids and lengths),
+not its `key`. A corpus copied afresh before each start (from a bucket, by a job script)
+has new mtimes, so the cache is rebuilt; the ids are the same, and so is the content key:
+the run resumes its data pipeline where it stopped.
 """
 
 from __future__ import annotations
@@ -124,6 +129,13 @@ class TokenCache:
     @property
     def key(self) -> str:
         return self.record["key"]
+
+    @property
+    def content_key(self) -> str:
+        """What a checkpointed position in this cache's pairs depends on: the SHA-256 of
+        its arrays, the same for any build of the same ids; the `key` for a cache written
+        before the digest was recorded."""
+        return self.record.get("ids_sha256", self.key)
 
     @property
     def num_pairs(self) -> int:
@@ -249,6 +261,7 @@ def build(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
     directory = os.path.join(root, key)
     os.makedirs(directory, exist_ok=True)
     began, parts, totals = time.time(), [], np.zeros(3, np.int64)
+    digest = hashlib.sha256()
     total = split.num_examples
     logger.info("Token cache: tokenizing %s pairs of %s once into %s",
                 "all" if total is None else f"{total:,}", split.origin, directory)
@@ -267,12 +280,17 @@ def build(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
                 on_part(path)
         pairs = len(arrays["src_lengths"])
         totals += arrays["counts"]
+        for name in _ARRAYS:
+            array = np.ascontiguousarray(arrays[name])
+            digest.update(f"{name} {array.dtype.str} {array.size};".encode())
+            digest.update(array.data)
         parts.append({"file": _part_name(index), "pairs": pairs,
                       "src_tokens": len(arrays["src_ids"]), "tgt_tokens": len(arrays["tgt_ids"])})
         if pairs < shard_pairs:
             break
     record = {"key": key, "pairs": sum(p["pairs"] for p in parts), "parts": parts,
-              "ids_dtype": _ids_dtype(tokenizer).name, "description": description,
+              "ids_dtype": _ids_dtype(tokenizer).name, "ids_sha256": digest.hexdigest()[:20],
+              "description": description,
               "stats": dict(zip(("total", "empty", "too_long"), map(int, totals), strict=True)),
               "build_seconds": round(time.time() - began, 1)}
     if total is not None and record["pairs"] != total:
