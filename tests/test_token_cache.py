@@ -246,5 +246,5 @@ def test_train_wmt_with_and_without_the_cache_trains_alike(tmp_path, capsys,
     assert train_wmt.main(script_args(copied, run, 36, max_length=40)) == 0
     with open(tmp_path / "cached" / "train.log", encoding="utf-8") as f:
         log = f.read()
-    assert log.count("Token cache: wrote") == 3  # rebuilt for the new mtimes, and
+    assert log.count("Token cache: wrote") == 3  # rebuilt for the new path, and
     assert log.count("settings differ") == 1  # the data pipeline resumed where it stopped
