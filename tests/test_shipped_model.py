@@ -10,6 +10,7 @@ import tensorflow as tf
 from conftest import SHARED_DATA
 
 from tfxformer.bleu import sacrebleu_scores
+from tfxformer.sentencepiece_ops import load_sentencepiece_ops
 from tfxformer.serving import resolve_model_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,6 +50,7 @@ def test_shipped_model_is_small_enough_and_states_how_it_was_made(shipped):
 @pytest.mark.slow
 def test_shipped_model_translates_test_2016_through_serving_default(shipped):
     path, tgt, floor = shipped
+    load_sentencepiece_ops()  # the graph holds SentencePiece ops; alone, no other test loads them
     translator = tf.saved_model.load(path)
     sources = _lines("test_2016_flickr.en", 100)
     references = _lines(f"test_2016_flickr.{tgt}", 100)
