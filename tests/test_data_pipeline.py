@@ -54,6 +54,15 @@ def test_make_examples_places_bos_and_eos():
     assert labels.to_list() == [[8, EOS_ID], [9, 10, 11, EOS_ID]]
 
 
+def test_make_examples_of_a_right_to_left_model_reverses_the_target_pieces_only():
+    src = tf.ragged.constant([[5, 6], [7]], dtype=tf.int32)
+    tgt = tf.ragged.constant([[8], [9, 10, 11]], dtype=tf.int32)
+    (source, decoder_input), labels = make_examples(src, tgt, reverse_target=True)
+    assert source.to_list() == [[5, 6, EOS_ID], [7, EOS_ID]]
+    assert decoder_input.to_list() == [[BOS_ID, 8], [BOS_ID, 11, 10, 9]]
+    assert labels.to_list() == [[8, EOS_ID], [11, 10, 9, EOS_ID]]
+
+
 def _check_row(source, decoder_input, labels):
     """One padded row obeys the example contract; returns its (source, target) lengths."""
     n_src, n_tgt = int(np.sum(source != PAD_ID)), int(np.sum(labels != PAD_ID))

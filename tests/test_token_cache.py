@@ -93,6 +93,19 @@ def test_the_cache_gives_the_batches_of_tokenizing_on_the_fly(corpus, tokenizer,
                                              **one_epoch).as_numpy_iterator()))
 
 
+def test_right_to_left_batches_are_the_batches_with_each_target_reversed(built):
+    forward = _batches(token_cache.train_dataset(built[1], **OPTIONS), 2)
+    reverse = _batches(token_cache.train_dataset(built[1], reverse_target=True, **OPTIONS), 2)
+    for ((source, _), labels), ((r_source, r_input), r_labels) in zip(forward, reverse,
+                                                                       strict=True):
+        np.testing.assert_array_equal(r_source, source)
+        for row, r_row, r_in in zip(labels, r_labels, r_input, strict=True):
+            n = int((row != 0).sum()) - 1  # the pieces, without EOS
+            np.testing.assert_array_equal(r_row[:n], row[:n][::-1])
+            np.testing.assert_array_equal(r_row[n:], row[n:])  # EOS, then padding
+            np.testing.assert_array_equal(r_in[1:n + 1], r_row[:n])
+
+
 def test_resume_mid_epoch_gives_the_next_batches_of_an_unbroken_run(corpus, tokenizer,
                                                                     built, tmp_path):
     run = built[0]

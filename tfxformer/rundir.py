@@ -154,6 +154,13 @@ class RunRecord:
         for a model of one target language (:mod:`tfxformer.multilingual`)."""
         return multilingual.parse_languages(self.train.get("target_languages"))
 
+    @property
+    def reverse_target(self) -> bool:
+        """Whether the model writes its targets right to left (the run's `reverse_target`):
+        its output pieces are reversed before detokenizing, and a target it scores is
+        reversed before scoring."""
+        return bool(self.train.get("reverse_target", False))
+
     def training_data(self) -> str | None:
         """The run's training data (`train.data`: a text folder or "wmt14"), or None."""
         return self.train.get("data")
@@ -219,6 +226,9 @@ def check_compatible(run_dir: str, record: dict) -> None:
                          f"{str(new)[:12]}... now)")
         elif old != new:
             diffs.append(f"{key}: {old!r} in the run dir, {new!r} now")
+    old, new = (bool((r.get("train") or {}).get("reverse_target")) for r in (existing, record))
+    if old != new:  # a model trained one way cannot go on the other
+        diffs.append(f"train.reverse_target: {old!r} in the run dir, {new!r} now")
     if diffs:
         raise ValueError(f"The run dir's {path} does not match this command: "
                          + "; ".join(diffs) + ". Use the same settings to resume, or a new "

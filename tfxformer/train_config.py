@@ -92,6 +92,13 @@ class TrainConfig:
              "validation, BLEU and the export segment deterministically. Seeded by `seed` "
              "and the pair's place in the data stream (reproducible, exact on resume). "
              "Needs the text, so the token cache is not used; 0 = off")
+    reverse_target: bool = _setting(
+        False, "train a right-to-left model (not in the paper): each target's pieces are "
+               "reversed before BOS/EOS are added, so the decoder writes the sentence from "
+               "its last piece to its first. The run record keeps the setting, and every tool "
+               "that reads the model follows it: validation BLEU, translation and the export "
+               "put the pieces back in order before detokenizing, and scoring reverses the "
+               "given target's pieces (a reranker's right-to-left score, docs/reranking.md)")
     checkpoint_every: int = _setting(1_000, "save a checkpoint ckpt-<step> every this many "
                                      "updates")
     keep_checkpoints: int = _setting(20, "checkpoints kept on disk")

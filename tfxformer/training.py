@@ -141,11 +141,13 @@ def build_training(config: TrainConfig, strategy, nonfinite_fault_steps=()):
 
 
 def evaluate(trainer, tokenizer, split, strategy, sentences: int, translate_fn=None,
-             batch_size: int = 64) -> dict:
-    """Validation loss, perplexity (on `split`), and sacreBLEU on its first `sentences`
-    translated by `translate_fn` (:func:`tfxformer.serving.make_translate_fn`)."""
+             batch_size: int = 64, reverse_target: bool = False) -> dict:
+    """Validation loss, perplexity (on `split`; a right-to-left model's on reversed
+    targets, `reverse_target`), and sacreBLEU on its first `sentences` translated by
+    `translate_fn` (:func:`tfxformer.serving.make_translate_fn`, which puts a
+    right-to-left model's pieces back in order)."""
     data = pipeline.eval_dataset(split.dataset(), tokenizer, batch_size=batch_size,
-                                 with_text=False)
+                                 with_text=False, reverse_target=reverse_target)
     totals = [0.0, 0.0, 0.0]
     for batch in data:
         totals = [t + float(v) for t, v in zip(totals, trainer.eval_step(batch), strict=True)]
@@ -186,6 +188,8 @@ def _data_settings(config: TrainConfig, replicas: int, cache=None) -> dict:
         settings["token_cache"] = cache.content_key
     if config.subword_sampling:  # only when on: runs without it resume as they did
         settings["subword_sampling"] = config.subword_sampling
+    if config.reverse_target:  # likewise
+        settings["reverse_target"] = True
     return settings
 
 
@@ -254,7 +258,7 @@ def training_dataset(config: TrainConfig, corpus, tokenizer: Tokenizer, replicas
                                   config.accumulation_steps)
     options = dict(batch_tokens=budget.per_step, max_length=config.max_length,
                    num_replicas=replicas, shuffle_buffer=config.shuffle_buffer,
-                   seed=config.seed)
+                   seed=config.seed, reverse_target=config.reverse_target)
     if cache is not None:
         return token_cache.train_dataset(cache, **options)
     if config.subword_sampling:
@@ -339,12 +343,14 @@ def _run(config: TrainConfig, strategy, chief: bool, kill_at_save_step=None,
     if step == 0 and cache is None:  # every worker: one that found nothing would spin forever
         check_training_pairs(config, corpus, tokenizer)
     translate_fn = make_translate_fn(model, tokenizer.spm_bytes, config.beam_size,
-                                     config.alpha) if config.eval_sentences else None
+                                     config.alpha, reverse_target=config.reverse_target) \
+        if config.eval_sentences else None
     writer = tf.summary.create_file_writer(os.path.join(config.model_dir, rundir.LOGS)) \
         if chief else tf.summary.create_noop_writer()
     metrics = train_loop(config, trainer, batches, manager, writer, step,
                           lambda: evaluate(trainer, tokenizer, corpus.val, strategy,
-                                           config.eval_sentences, translate_fn))
+                                           config.eval_sentences, translate_fn,
+                                           reverse_target=config.reverse_target))
     if config.average_last > 1 and chief:
         ckpt.average_checkpoints(config.model_dir, config.average_last)
     if config.export_dir and chief:

@@ -110,11 +110,15 @@ class FilterStats:
         )
 
 
-def make_examples(src_ids: tf.RaggedTensor, tgt_ids: tf.RaggedTensor):
+def make_examples(src_ids: tf.RaggedTensor, tgt_ids: tf.RaggedTensor,
+                  reverse_target: bool = False):
     """Adds special ids to a batch of token rows (the module's example contract).
 
     Args:
         src_ids, tgt_ids: int32 RaggedTensors `(N, None)` of subword ids (no specials).
+        reverse_target: a right-to-left model's examples: each target's pieces reversed
+            before BOS/EOS are added (`decoder_input_ids = [BOS] + reversed(tgt_tokens)`,
+            `labels = reversed(tgt_tokens) + [EOS]`).
 
     Returns:
         `((source_ids, decoder_input_ids), labels)`, int32 RaggedTensors `(N, None)`.
@@ -123,6 +127,8 @@ def make_examples(src_ids: tf.RaggedTensor, tgt_ids: tf.RaggedTensor):
     eos = tf.RaggedTensor.from_tensor(column * EOS_ID)
     bos = tf.RaggedTensor.from_tensor(column * BOS_ID)
     src_ids, tgt_ids = tf.cast(src_ids, tf.int32), tf.cast(tgt_ids, tf.int32)
+    if reverse_target:
+        tgt_ids = tf.reverse(tgt_ids, axis=[1])
     source = tf.concat([src_ids, eos], axis=1)
     decoder_input = tf.concat([bos, tgt_ids], axis=1)
     labels = tf.concat([tgt_ids, eos], axis=1)
@@ -173,6 +179,7 @@ def tokenize_pairs(
     max_line_bytes: int | None = None,
     batch_size: int = 1024,
     sampler: SubwordSampler | None = None,
+    reverse_target: bool = False,
 ) -> tf.data.Dataset:
     """Tokenizes `(src, tgt)` string pairs into filtered, unpadded model examples.
 
@@ -189,6 +196,7 @@ def tokenize_pairs(
             sampling at its position `k` in `pairs` (the k-th batch), so the same `pairs`
             stream gives the same segmentations and a repeated stream new ones. The
             length filter applies to the sampled segmentations.
+        reverse_target: right-to-left examples (:func:`make_examples`).
 
     Returns:
         dataset of `((source_ids, decoder_input_ids), labels)`, 1-D int32 tensors.
@@ -201,7 +209,7 @@ def tokenize_pairs(
             segmenter, src, tgt, max_length, max_bytes)
         keep = tf.logical_not(tf.logical_or(empty, too_long))
         return make_examples(tf.ragged.boolean_mask(src_ids, keep),
-                             tf.ragged.boolean_mask(tgt_ids, keep))
+                             tf.ragged.boolean_mask(tgt_ids, keep), reverse_target)
 
     def sample(position, pair):
         return tokenize(*pair, segmenter=sampler.at(position))
@@ -338,6 +346,7 @@ def train_dataset(
     repeat: bool = True,
     max_line_bytes: int | None = None,
     sampler: SubwordSampler | None = None,
+    reverse_target: bool = False,
 ) -> tf.data.Dataset:
     """The training pipeline: shuffle, repeat, tokenize, filter, batch by length (§5.1).
 
@@ -362,6 +371,7 @@ def train_dataset(
         sampler: subword regularisation (:func:`tokenize_pairs`): each read of a pair
             samples a segmentation, seeded by the sampler's seed and the position in the
             shuffled, repeated stream (a checkpoint of the iterator saves it).
+        reverse_target: right-to-left examples (:func:`make_examples`).
 
     Returns:
         dataset of `((source_ids, decoder_input_ids), labels)`, int32 `(B, L)` each.
@@ -369,7 +379,8 @@ def train_dataset(
     bucket_plan(batch_tokens, max_length, num_replicas, bucket_step)  # errors first
     pairs = order_for_training(pairs, shuffle_buffer=shuffle_buffer, seed=seed, repeat=repeat)
     examples = tokenize_pairs(pairs, tokenizer, max_length=max_length,
-                              max_line_bytes=max_line_bytes, sampler=sampler)
+                              max_line_bytes=max_line_bytes, sampler=sampler,
+                              reverse_target=reverse_target)
     return batches_for_training(examples, batch_tokens=batch_tokens, max_length=max_length,
                                 num_replicas=num_replicas, bucket_step=bucket_step)
 
@@ -381,12 +392,14 @@ def eval_dataset(
     batch_size: int = 64,
     with_text: bool = True,
     pad_multiple: int = 8,
+    reverse_target: bool = False,
 ) -> tf.data.Dataset:
     """The evaluation pipeline: every pair, in order, in batches of `batch_size`.
 
     No shuffle, no repeat, no length filter (BLEU must cover the whole test set). Each
     batch is padded with 0 to its longest sequence rounded up to `pad_multiple`; the last
-    batch may be smaller.
+    batch may be smaller. `reverse_target`: right-to-left examples
+    (:func:`make_examples`; the texts stay as they are).
 
     Returns:
         dataset of `((source_ids, decoder_input_ids), labels, texts)` with `texts =
@@ -399,7 +412,7 @@ def eval_dataset(
 
     def to_batch(src, tgt):
         (source, decoder_input), labels = make_examples(
-            tokenizer.tokenize(src), tokenizer.tokenize(tgt))
+            tokenizer.tokenize(src), tokenizer.tokenize(tgt), reverse_target)
         longest = tf.maximum(tf.reduce_max(source.row_lengths()),
                              tf.reduce_max(labels.row_lengths()))
         shape = tf.stack([source.nrows(), -(-longest // pad_multiple) * pad_multiple])

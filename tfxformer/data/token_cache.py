@@ -391,10 +391,13 @@ def train_dataset(
     shuffle_buffer: int = 100_000,
     seed: int | None = None,
     repeat: bool = True,
+    reverse_target: bool = False,
 ) -> tf.data.Dataset:
     """:func:`tfxformer.data.pipeline.train_dataset`'s batches, from `cache`'s ids.
 
     Arguments as there; `max_length` must be the cache's (its filter is applied already).
+    The cache holds the targets in reading order; `reverse_target` reverses them as the
+    batches are made, so one cache serves left-to-right and right-to-left runs.
 
     Raises:
         ValueError: `max_length` is not the one the cache was built with.
@@ -410,7 +413,7 @@ def train_dataset(
         src_ids, tgt_ids = tf.gather(src, indices), tf.gather(tgt, indices)
         keep = src_ids.row_lengths() > 0
         return pipeline.make_examples(tf.ragged.boolean_mask(src_ids, keep),
-                                      tf.ragged.boolean_mask(tgt_ids, keep))
+                                      tf.ragged.boolean_mask(tgt_ids, keep), reverse_target)
 
     indices = pipeline.order_for_training(tf.data.Dataset.range(cache.num_pairs),
                                           shuffle_buffer=shuffle_buffer, seed=seed,

@@ -172,6 +172,10 @@ def _loaded(path, checkpoint=None):
     record = source.record()
     check_convertible(record.model, record.target_languages, bool(record.export.get(
         "ensemble")))
+    if record.reverse_target:
+        raise ValueError(f"{path!r} is a right-to-left model (`reverse_target`): CTranslate2 "
+                         "would return its translations with the pieces reversed; export it "
+                         "as a SavedModel, whose graph puts them back in order.")
     if checkpoint is not None:
         if source.kind != "run_dir":
             raise ValueError(f"`checkpoint` applies to a run dir; {path!r} is a "

@@ -197,7 +197,8 @@ def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra
                            max_batch_size=max_batch_size,
                            max_input_tokens=max_input_tokens or trained,
                            max_output_tokens=max_output_tokens or trained, shortlist=shortlist,
-                           stopping=stopping, length_normalization=length_normalization)
+                           stopping=stopping, length_normalization=length_normalization,
+                           reverse_target=record.reverse_target)
 
 
 def _id_pairs(sp, pairs, max_pairs):
@@ -396,6 +397,12 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
         raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
     sources = [locate.resolve(p) for p in paths]
     spm_bytes = _check_vocabularies(paths, sources)
+    directions = [source.record().reverse_target for source in sources]
+    if len(set(directions)) > 1:
+        raise ValueError("The models of an ensemble must write their targets in one "
+                         "direction; `reverse_target` (right to left) is "
+                         + ", ".join(f"{d} in {p!r}" for d, p in zip(directions, paths,
+                                                                     strict=True)) + ".")
     dtype = {} if precision == "fp32" else {"dtype": PRECISION_POLICIES[precision]}
     models = [pretrained.load_model(Transformer, p, **dtype) for p in paths]
     record = sources[0].record()

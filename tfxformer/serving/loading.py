@@ -62,15 +62,17 @@ class TranslateFn:
 def make_translate_fn(model, spm_bytes: bytes, beam_size=None, alpha=None,
                       extra_length=None, batch_size=_DEFAULTS.batch_size, path=None,
                       target_languages=(), target_language=None, stopping=None,
-                      length_normalization=None):
+                      length_normalization=None, reverse_target=False):
     """A :class:`TranslateFn` over a Transformer in memory and its vocabulary `spm_bytes`,
     translating with the exported graph (:class:`tfxformer.serving.Translator`); a
-    multilingual model's (`target_languages`) into `target_language`."""
+    multilingual model's (`target_languages`) into `target_language`; a right-to-left
+    model's (`reverse_target`) pieces put back in reading order."""
     decoding = _DEFAULTS.replace(beam_size=beam_size, alpha=alpha, extra_length=extra_length,
                                  stopping=stopping, length_normalization=length_normalization)
     options = _search_options(decoding)
     translator = make_translator(model, spm_bytes, target_languages,
-                                 max_batch_size=batch_size, **options)
+                                 max_batch_size=batch_size, reverse_target=reverse_target,
+                                 **options)
     function = _into(translator.__call__, target_languages, target_language,
                      path or "the model")
     return TranslateFn(function, translator, path or "model in memory",
@@ -138,7 +140,8 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
                                  batch_size, path=resolved,
                                  target_languages=record.target_languages,
                                  target_language=target_language, stopping=stopping,
-                                 length_normalization=length_normalization)
+                                 length_normalization=length_normalization,
+                                 reverse_target=record.reverse_target)
     for name, value, default in (("precision", precision, "fp32"),
                                  ("checkpoint", checkpoint, None)):
         if value != default:

@@ -59,7 +59,8 @@ def open_signature(path, signature, batch_size=_DEFAULTS.batch_size,
         model, record, spm_bytes = pretrained.load_run_dir(Transformer, resolved, checkpoint,
                                                            precision=precision)
         translator = make_translator(model, spm_bytes, record.target_languages,
-                                     max_batch_size=batch_size)
+                                     max_batch_size=batch_size,
+                                     reverse_target=record.reverse_target)
         return OpenedSignature(getattr(translator, signature), translator, resolved, kind,
                                record.target_languages, translator.options)
     for name, value, default in (("precision", precision, "fp32"),

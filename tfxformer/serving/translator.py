@@ -117,6 +117,11 @@ class Translator(tf.Module):
             :class:`tfxformer.config.DecodingOptions`; :func:`tfxformer.decoding.beam_search`).
             Fixed in the graph, for every signature: an export records them in its
             config.json (`decoding`); they are no request input.
+        reverse_target: the model writes targets right to left (trained with
+            `reverse_target`, :class:`tfxformer.train_config.TrainConfig`): each output's
+            pieces are put back in reading order before detokenizing
+            (:meth:`detokenize`), and each target given to `score` is reversed before it
+            is scored. An export takes it from the run record (`train.reverse_target`).
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
@@ -145,8 +150,9 @@ class Translator(tf.Module):
     def __init__(self, model, sentencepiece_model: bytes, beam_size=None, alpha=None,
                  extra_length=None, max_batch_size=None, max_input_tokens=None,
                  max_output_tokens=None, name="translator", shortlist=None, stopping=None,
-                 length_normalization=None):
+                 length_normalization=None, reverse_target=False):
         super().__init__(name=name)
+        self.reverse_target = bool(reverse_target)
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
             raise ValueError("`sentencepiece_model` must be the non-empty bytes of spm.model, "
                              f"got {type(sentencepiece_model).__name__}.")
@@ -245,6 +251,9 @@ class Translator(tf.Module):
         target_ids, target_cut, _ = self._cut(target, tokenizer,
                                               tf.fill(tf.shape(target), limit + 1))
         target_cut |= target_ids.row_lengths() > limit  # the EOS itself did not fit
+        if self.reverse_target:  # the pieces right to left, EOS still last
+            target_ids = tf.concat([tf.reverse(target_ids[:, :-1], axis=[1]),
+                                    target_ids[:, -1:]], axis=1)
         target_ids = target_ids[:, :limit]
         token_log_probs, lengths, log_probs = score_ragged(self.model, source, target_ids,
                                                           self.max_batch_size)
@@ -320,10 +329,13 @@ class Translator(tf.Module):
         return self._cut(text, tokenizer or self.make_tokenizer(), limit)[0]
 
     def detokenize(self, ids, lengths, tokenizer=None):
-        """(B, L) ids with (B,) lengths counting a final EOS -> (B,) UTF-8 strings."""
+        """(B, L) ids with (B,) lengths counting a final EOS -> (B,) UTF-8 strings; a
+        right-to-left model's pieces (`reverse_target`) put back in reading order first."""
         tokenizer = tokenizer or self.make_tokenizer()
         last = tf.gather(ids, tf.maximum(lengths - 1, 0), batch_dims=1)
         lengths = lengths - tf.cast((lengths > 0) & tf.equal(last, EOS_ID), lengths.dtype)
+        if self.reverse_target:
+            ids = tf.reverse_sequence(ids, lengths, seq_axis=1, batch_axis=0)
         text = tokenizer.detokenize(tf.RaggedTensor.from_tensor(ids, lengths=lengths))
         return sanitize_utf8(text)
 
