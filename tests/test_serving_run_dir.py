@@ -303,7 +303,7 @@ class _FakeRestServing(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.mark.slow
-def test_serving_client_rest(served):
+def test_serving_client_rest(served, tiny_export):
     loaded, translator = served
     _FakeRestServing.loaded = loaded
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeRestServing)
@@ -315,10 +315,18 @@ def test_serving_client_rest(served):
         expected = translator(tf.constant(texts))
         assert translations == [t.decode() for t in expected["translation"].numpy()]
         np.testing.assert_allclose(scores, expected["score"], rtol=1e-5)
+        # Options go to the batchable signature; the unset ones are the export's.
+        defaults = client.export_options(tiny_export)
+        assert client.export_options(os.path.dirname(tiny_export)) == defaults
         greedy, _ = client.predict_rest(texts, "tiny", "127.0.0.1", port, version=1,
-                                        options={"beam_size": 1, "alpha": 0.0})
-        options = translator.translate_with_options(tf.constant(texts), 1, 0.0, 50)
+                                        options={"beam_size": 1}, defaults=defaults)
+        options = translator.translate_with_options(tf.constant(texts), 1, translator.alpha,
+                                                    translator.extra_length)
         assert greedy == [t.decode() for t in options["translation"].numpy()]
+        assert client.request_inputs(texts, {"beam_size": 1}, defaults)[0] == (
+            "translate_per_example")
+        with pytest.raises(ValueError, match="--alpha, --extra-length not given.*--export"):
+            client.predict_rest(texts, "tiny", "127.0.0.1", port, options={"beam_size": 1})
         with pytest.raises(RuntimeError, match="HTTP 404.*Servable not found"):
             client.predict_rest(texts, "other", "127.0.0.1", port)
     finally:
@@ -332,7 +340,7 @@ def test_serving_client_grpc_says_how_to_install(monkeypatch):
 
 
 @pytest.mark.slow
-def test_serving_client_grpc(served):
+def test_serving_client_grpc(served, tiny_export):
     grpc = pytest.importorskip("grpc")
     apis = pytest.importorskip("tensorflow_serving.apis.prediction_service_pb2_grpc")
     from tensorflow_serving.apis import predict_pb2
@@ -357,8 +365,10 @@ def test_serving_client_grpc(served):
         client = load_script("serving_client")
         texts = ["A dog runs.", "", "😀"]
         translations, _ = client.predict_grpc(texts, "tiny", "127.0.0.1", port,
-                                              options={"extra_length": 2})
-        expected = translator.translate_with_options(tf.constant(texts), 4, 0.6, 2)
+                                              options={"extra_length": 2},
+                                              defaults=client.export_options(tiny_export))
+        expected = translator.translate_with_options(tf.constant(texts), translator.beam_size,
+                                                     translator.alpha, 2)
         assert translations == [t.decode() for t in expected["translation"].numpy()]
     finally:
         server.stop(0)
