@@ -8,6 +8,12 @@ setup(
     description="The Transformer (Vaswani et al., 2017) for machine translation in TF/Keras",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3.11",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     python_requires=">=3.11,<3.12",
     packages=find_packages(include=["tfxformer", "tfxformer.*"]),
     install_requires=[
