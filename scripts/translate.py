@@ -13,6 +13,9 @@ beam search (back-translation, Edunov et al., 2018), reproducible with --seed:
 
     python scripts/translate.py --model saved_models/en_de --sampling-topk 10 --seed 1 \
         < mono.de > sampled.en
+
+With --n-best K each line gets its K best translations as Moses n-best lines,
+"i ||| translation ||| score" (i counts input lines from 0; docs/steering.md).
 """
 
 from __future__ import annotations
@@ -68,6 +71,13 @@ def parse_args(argv=None):
                         help="a finished hypothesis' score, for a run dir: 'gnmt' (log P / "
                              "((5 + |Y|) / 6)^alpha) or 'length' (log P / |Y|^alpha, "
                              "CTranslate2's); a SavedModel's is fixed (default: the model's)")
+    steering = parser.add_argument_group(
+        "steering", "control of the output (docs/steering.md; a SavedModel needs the "
+        "`translate_nbest` signature: re-export an older one with scripts/export.py)")
+    steering.add_argument("--n-best", type=cli.int_at_least(1), metavar="K",
+                          help="print each line's K best translations (K <= the beam size) "
+                               "as Moses n-best lines 'i ||| translation ||| score', i the "
+                               "input line from 0, best first")
     ct2 = parser.add_argument_group("CTranslate2", "for a CTranslate2 model directory only")
     ct2.add_argument("--compute-type", metavar="TYPE",
                      help="CTranslate2's compute type: default (the type its weights were "
@@ -106,10 +116,17 @@ def _check_sampling_flags(parser, args):
                                       ("--sampling-topp", args.sampling_topp),
                                       ("--seed", args.seed)) if value is not None]
     if args.sampling_topk is None:
+        if args.n_best is not None and args.beam_size is not None \
+                and args.n_best > args.beam_size:
+            parser.error(f"--n-best {args.n_best} needs --beam-size >= {args.n_best}: a "
+                         "beam holds beam-size hypotheses")
         if given:
             parser.error(f"{', '.join(given)} need --sampling-topk K (0 = the whole "
                          "vocabulary, K > 1 = the K most probable tokens)")
         return
+    if args.n_best is not None:
+        parser.error("--n-best lists beam search's hypotheses; it does not go with "
+                     "--sampling-topk")
     if args.beam_size not in (None, 1):
         parser.error(f"--sampling-topk samples one translation per line: --beam-size must be "
                      f"1 or left out, got {args.beam_size}")
@@ -139,6 +156,15 @@ def load(args):
     if args.sampling_topk is None:  # any model dir, CTranslate2's too
         rules = {k: v for k, v in (("stopping", args.stopping),
                                    ("length_normalization", args.length_normalization)) if v}
+        if args.n_best is not None:
+            from tfxformer.serving.ctranslate2 import load_nbest_fn
+
+            return load_nbest_fn(args.model, args.n_best, beam_size=args.beam_size,
+                                 alpha=args.alpha, extra_length=args.extra_length,
+                                 batch_size=args.batch_size,
+                                 target_language=args.target_language,
+                                 compute_type=args.compute_type, threads=args.threads,
+                                 **rules)
         return load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
                                  extra_length=args.extra_length, batch_size=args.batch_size,
                                  target_language=args.target_language,
@@ -175,9 +201,16 @@ def main(argv=None):
     count, words, start = 0, 0, time.perf_counter()
     with tqdm(unit=" sent", file=sys.stderr, desc="translating") as progress:
         for text in translate_stream(translate, lines, args.batch_size):
-            text = text.replace("\r", " ").replace("\n", " ")  # one line out per line in
-            sys.stdout.buffer.write(text.encode("utf-8") + b"\n")
-            count, words = count + 1, words + len(text.split())
+            if args.n_best is not None:  # Moses n-best lines; split() drops \r and \n
+                from tfxformer.serving.nbest import moses_lines
+
+                out = "".join(line + "\n" for line in moses_lines(count, text))
+                words += len(text[0].text.split()) if text else 0
+            else:
+                text = text.replace("\r", " ").replace("\n", " ")  # one line per line in
+                out, words = text + "\n", words + len(text.split())
+            sys.stdout.buffer.write(out.encode("utf-8"))
+            count += 1
             progress.update()
     sys.stdout.flush()
     seconds = time.perf_counter() - start

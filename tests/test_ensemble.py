@@ -230,7 +230,8 @@ def test_ensemble_export_round_trip(members, spm_model, ensemble_translator, tmp
     version = os.path.join(base, "1")
     loaded = tf.saved_model.load(version)
     assert set(loaded.signatures) == {"serving_default", "translate_per_example",
-                                      "translate_with_options", "translate_sampled", "score"}
+                                      "translate_with_options", "translate_sampled",
+                                      "translate_nbest", "score"}
     expected = ensemble_translator(tf.constant(TEXTS))
     served = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
     assert _strings(served) == _strings(expected)

@@ -233,7 +233,7 @@ def test_train_export_serve_with_target_language(tagged, tmp_path):
     assert target_languages_of(base) == LANGUAGES
     loaded = tf.saved_model.load(version)
     for name in ("serving_default", "translate_with_options", "translate_per_example",
-                 "translate_sampled", "score"):
+                 "translate_sampled", "translate_nbest", "score"):
         assert "target_language" in loaded.signatures[name].structured_input_signature[1]
     french = loaded.signatures["serving_default"](
         text=tf.constant(TEXTS), target_language=tf.constant(["fr"] * len(TEXTS)))

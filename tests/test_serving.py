@@ -468,9 +468,10 @@ def test_batchable_signatures_are_batch_major(export_dir):
     assert set(BATCHABLE_SIGNATURES) < set(signatures)
     for name in BATCHABLE_SIGNATURES:
         tensors = {**signatures[name].inputs, **signatures[name].outputs}
-        assert set(signatures[name].outputs) == ({
-            "log_prob", "mean_log_prob", "token_log_probs", "length", "truncated"}
-            if name == "score" else {"translation", "score", "truncated"})
+        assert set(signatures[name].outputs) == {
+            "score": {"log_prob", "mean_log_prob", "token_log_probs", "length", "truncated"},
+            "translate_nbest": {"translations", "scores", "truncated"}}.get(
+                name, {"translation", "score", "truncated"})
         for key, info in tensors.items():
             dims = [d.size for d in info.tensor_shape.dim]
             assert not info.tensor_shape.unknown_rank and dims[:1] == [-1], (name, key, dims)
@@ -480,6 +481,8 @@ def test_batchable_signatures_are_batch_major(export_dir):
                if not v.tensor_shape.dim]
     assert sorted(scalars) == ["alpha", "beam_size", "extra_length"]  # kept as before
     assert set(signatures["score"].inputs) == {"text", "target"}
+    assert set(signatures["translate_nbest"].inputs) == {
+        "text", "beam_size", "alpha", "extra_length", "max_input_tokens", "num_hypotheses"}
     scalars = [k for k, v in signatures["translate_sampled"].inputs.items()
                if not v.tensor_shape.dim]
     assert sorted(scalars) == ["extra_length", "sampling_temperature", "sampling_topk",
@@ -494,7 +497,7 @@ def test_each_signature_graph_is_saved_once(export_dir):
         proto.ParseFromString(f.read())
     names = [f.signature.name for f in proto.meta_graphs[0].graph_def.library.function]
     for traced in ("__call__", "translate_with_options", "translate_per_example",
-                   "translate_sampled", "score"):
+                   "translate_sampled", "translate_nbest", "score"):
         assert len([n for n in names if n.startswith(f"__inference_{traced}_")]) == 1, traced
 
 
@@ -529,6 +532,10 @@ def test_warmup_records_replay_in_a_fresh_process(fresh_process):
             assert record["outputs"] == {k: [size] for k in ("length", "log_prob",
                                                              "mean_log_prob", "truncated")}
             assert (record["length"][-1] == 1) == (size > 1)  # a blank target: EOS alone
+            continue
+        if record["signature"] == "translate_nbest":  # n-best lists of the beam size
+            assert record["outputs"] == {"translations": [size, 3], "scores": [size, 3],
+                                         "truncated": [size]}
             continue
         assert record["outputs"] == {k: [size] for k in ("score", "translation", "truncated")}
         assert (record["translation"][-1] == "") == (size > 1)  # a blank input in the batch

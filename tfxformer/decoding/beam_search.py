@@ -40,6 +40,7 @@ from tfxformer.decoding import common, topk
 from tfxformer.decoding.common import NEG_INF, DecodeStart
 from tfxformer.decoding.ensemble import decoder
 from tfxformer.decoding.shortlist import to_vocabulary
+from tfxformer.decoding.steering import Steering, force_prefix, hypothesis_rows, steer_logits
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -68,6 +69,7 @@ class _BeamState(NamedTuple):
     finished_flags: tf.Tensor  # (B', K) bool: a real finished hypothesis
     cache: Any  # leaves (B' * K, ...), row b * K + k: alive hypothesis k of sentence b
     context: Any  # leaves (B', ...)
+    steering: Any = ()  # a decoding.steering.Steering of the running sentences, or ()
 
 
 def length_penalty(length, alpha):
@@ -110,13 +112,18 @@ def _check_options(beam_size, alpha):
     return beam_size, alpha
 
 
-def top_extensions(logits, alive_log_probs, count, pad_id=PAD_ID, bos_id=BOS_ID):
+def top_extensions(logits, alive_log_probs, count, pad_id=PAD_ID, bos_id=BOS_ID,
+                   adjust=None):
     """The `count` best one-token extensions of each sentence's alive hypotheses.
 
     logits (B'·K, V) (or (B'·K, 1, V)), alive_log_probs (B', K) -> (log P (B', count)
     float32, best first; the hypothesis each extends (B', count); its token (B', count)).
+    `adjust`: None, or a function of the (B'·K, V) next-token log-probabilities applied
+    before the search adds them up (a forced prefix, :mod:`tfxformer.decoding.steering`).
     """
     log_probs = common.next_token_log_probs(logits, pad_id, bos_id)  # (B'·K, V)
+    if adjust is not None:
+        log_probs = adjust(log_probs)
     k = alive_log_probs.shape[1] or tf.shape(alive_log_probs)[1]
     batch, vocab = tf.shape(alive_log_probs)[0], log_probs.shape[-1] or tf.shape(log_probs)[-1]
     log_probs = tf.reshape(log_probs, [batch, k, vocab]) + alive_log_probs[:, :, None]
@@ -129,7 +136,8 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
                          alpha=common.DEFAULTS.alpha, eos_id=EOS_ID, pad_id=PAD_ID,
                          bos_id=BOS_ID, static_cache=False, *,
                          stopping=common.DEFAULTS.stopping,
-                         length_normalization=common.DEFAULTS.length_normalization):
+                         length_normalization=common.DEFAULTS.length_normalization,
+                         steering=None):
     """Beam search with the GNMT length penalty on a step function (§6.1).
 
     Runs inside one `tf.while_loop` (graph-safe; with `static_cache=True` and a Python
@@ -154,6 +162,9 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
         stopping: "bound" or "finished" (above; :data:`tfxformer.config.DEFAULT_STOPPING`).
         length_normalization: "gnmt" (lp(Y), §6.1) or "length" (|Y|^α without the EOS):
             :func:`length_normalizer`.
+        steering: None, or a :class:`tfxformer.decoding.steering.Steering` of the B
+            sentences (repetition control, a forced prefix): applied to every step's
+            logits; while a sentence's prefix is forced one hypothesis is alive.
 
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K),
@@ -164,7 +175,7 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
                             common.check_ids(eos_id, pad_id, bos_id), pad_id, bos_id,
                             stopping, length_normalization)
     batch = tf.shape(start.limits)[0]
-    state = search.initial_state(start)
+    state = search.initial_state(start)._replace(steering=() if steering is None else steering)
     out = (tf.fill([batch, beam_size, start.output_columns], pad_id),
            tf.fill([batch, beam_size], NEG_INF), tf.zeros([batch], tf.int32))
 
@@ -292,8 +303,16 @@ class BeamSearchLoop:
         i = state.i
         tokens = tf.reshape(state.alive_seq[:, :, i], [-1, 1])  # (B'·K, 1), the last token
         logits, cache = self.step_fn(tokens, i, state.cache, state.context)
+        adjust = None
+        if isinstance(state.steering, Steering):
+            rows = hypothesis_rows(state.steering, self.beam_size)
+            written = state.alive_seq[:, :, 1:]  # (B', K, L), BOS left out
+            logits = steer_logits(logits, tf.reshape(written, [-1, tf.shape(written)[2]]), i,
+                                  rows)
+            adjust = lambda log_probs: force_prefix(log_probs, i, rows)  # noqa: E731
         log_probs, beams, tokens = top_extensions(logits, state.alive_log_probs,
-                                                  2 * self.beam_size, self.pad_id, self.bos_id)
+                                                  2 * self.beam_size, self.pad_id, self.bos_id,
+                                                  adjust)
         seq = common.write_column(_gather(state.alive_seq, beams), i + 1, tokens)
         return seq, log_probs, beams, tokens, cache  # (B', 2K, L + 1), (B', 2K) x 3
 
@@ -324,7 +343,7 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
                 alpha=common.DEFAULTS.alpha, extra_length=common.DEFAULTS.extra_length,
                 max_output_length=None, static_cache=False, *, eos_id=EOS_ID, shortlist=None,
                 stopping=common.DEFAULTS.stopping,
-                length_normalization=common.DEFAULTS.length_normalization):
+                length_normalization=common.DEFAULTS.length_normalization, steering=None):
     """Translates a batch with beam search and the GNMT length penalty (§6.1).
 
     :func:`transformer_decoder` (encode once; the key/value cache), or for several models
@@ -355,6 +374,9 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
             still win) or "finished" (once K hypotheses have finished, as CTranslate2).
         length_normalization: "gnmt" (default; ((5 + |Y|) / 6)^α, |Y| with the EOS) or
             "length" (|Y|^α, |Y| without the EOS, as CTranslate2).
+        steering: None, or a :class:`tfxformer.decoding.steering.Steering` of the B
+            sentences (:func:`tfxformer.decoding.steering.make_steering`: repetition
+            penalty, no-repeat n-gram size, a forced prefix in the search's columns).
 
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K),
@@ -373,7 +395,7 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
                     static_cache, shortlist)
     out = sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,
                                static_cache=static_cache, stopping=stopping,
-                               length_normalization=length_normalization)
+                               length_normalization=length_normalization, steering=steering)
     if shortlist is None:
         return out
     return out._replace(ids=to_vocabulary(out.ids, shortlist))

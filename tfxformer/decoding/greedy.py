@@ -14,6 +14,7 @@ from tfxformer.decoding.common import DEFAULTS, DecodeStart
 from tfxformer.decoding.ensemble import decoder
 from tfxformer.decoding.sampling import Sampler, make_sampler
 from tfxformer.decoding.shortlist import to_vocabulary
+from tfxformer.decoding.steering import Steering, force_prefix, steer_logits
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -38,10 +39,11 @@ class _GreedyState(NamedTuple):
     ids: tf.Tensor  # (B', L) int32 tokens so far, PAD after the end
     cache: Any  # leaves (B', ...)
     context: Any  # leaves (B', ...)
+    steering: Any = ()  # a decoding.steering.Steering of the running sentences, or ()
 
 
 def greedy_search(start: DecodeStart, eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_ID,
-                  static_cache=False, sampler: Sampler | None = None):
+                  static_cache=False, sampler: Sampler | None = None, steering=None):
     """Greedy decoding: the most probable token at every step, on a step function; with
     a `sampler`, a token drawn from the model's distribution instead.
 
@@ -59,6 +61,9 @@ def greedy_search(start: DecodeStart, eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_I
         sampler: None (the argmax), or a :class:`tfxformer.decoding.sampling.Sampler`
             (:func:`~tfxformer.decoding.sampling.make_sampler`): each token is drawn
             with temperature, top-k and top-p, reproducibly per seed.
+        steering: None, or a :class:`tfxformer.decoding.steering.Steering` of the B
+            sentences (repetition control, a forced prefix), applied to every step's
+            logits before the argmax or the draw.
 
     Returns:
         :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,); a score is the
@@ -71,7 +76,11 @@ def greedy_search(start: DecodeStart, eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_I
     def body(state, out_ids, out_scores):
         logits, cache = start.step_fn(state.tokens[:, None], state.i, state.cache,
                                       state.context)
+        if isinstance(state.steering, Steering):
+            logits = steer_logits(logits, state.ids, state.i, state.steering)
         log_probs = common.next_token_log_probs(logits, pad_id, bos_id)  # (B', V)
+        if isinstance(state.steering, Steering):
+            log_probs = force_prefix(log_probs, state.i, state.steering)
         if sampler is None:
             token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         else:
@@ -95,7 +104,8 @@ def greedy_search(start: DecodeStart, eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_I
         i=tf.constant(0), rows=tf.range(batch), limits=start.limits,
         tokens=tf.fill([batch], bos_id), finished=tf.zeros([batch], tf.bool),
         scores=tf.zeros([batch], tf.float32), ids=tf.fill([batch, length], pad_id),
-        cache=start.cache, context=start.context)
+        cache=start.cache, context=start.context,
+        steering=() if steering is None else steering)
     loop = (state, tf.fill([batch, length], pad_id), tf.zeros([batch], tf.float32))
     invariants = (common.loop_invariants(state, static_cache), loop[1].shape, loop[2].shape)
     state, out_ids, out_scores = tf.while_loop(cond, body, loop, shape_invariants=invariants)
@@ -123,7 +133,7 @@ def greedy_decode(model, source_ids, extra_length=DEFAULTS.extra_length,
                   max_output_length=None, static_cache=False, *, eos_id=EOS_ID,
                   shortlist=None, sampling_topk=DEFAULTS.sampling_topk,
                   sampling_temperature=DEFAULTS.sampling_temperature,
-                  sampling_topp=DEFAULTS.sampling_topp, seed=None):
+                  sampling_topp=DEFAULTS.sampling_topp, seed=None, steering=None):
     """Greedy decoding of a Transformer with its key/value cache (§6.1 limits), or
     sampling (`sampling_topk` != 1: :mod:`tfxformer.decoding.sampling`).
 
@@ -154,6 +164,8 @@ def greedy_decode(model, source_ids, extra_length=DEFAULTS.extra_length,
         sampling_topp: keeps the most probable tokens up to this mass (in (0, 1]; 1.0).
         seed: with sampling, required: an int or integer scalar tensor (or a (2,)
             stateless key); the same seed and `source_ids` give the same tokens.
+        steering: None, or a :class:`tfxformer.decoding.steering.Steering` of the B
+            sentences (:func:`tfxformer.decoding.steering.make_steering`).
 
     Returns:
         :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,) (log P(Y | X)).
@@ -165,7 +177,8 @@ def greedy_decode(model, source_ids, extra_length=DEFAULTS.extra_length,
     shortlist = common.shortlist_tensor(shortlist, eos_id)
     start = decoder(model, source_ids, 1, extra_length, max_output_length, static_cache,
                     shortlist)
-    out = greedy_search(start, eos_id=eos_id, static_cache=static_cache, sampler=sampler)
+    out = greedy_search(start, eos_id=eos_id, static_cache=static_cache, sampler=sampler,
+                        steering=steering)
     if shortlist is None:
         return out
     return out._replace(ids=to_vocabulary(out.ids, shortlist))

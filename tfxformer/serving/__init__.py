@@ -3,7 +3,8 @@
 :func:`load_translate_fn` is the one way from a model on disk (SavedModel, export dir or
 run dir) to `translate(list[str]) -> list[str]`; the run dir itself is
 :mod:`tfxformer.rundir`'s. :func:`load_score_fn` scores given pairs (log P(target |
-source)) and :func:`load_sample_fn` samples translations, from the same kinds of path.
+source)) and :func:`load_sample_fn` samples translations, from the same kinds of path;
+:func:`load_nbest_fn` gives each line's n-best list (docs/steering.md).
 """
 
 from tfxformer.data.tokenizer import load_sentencepiece_ops
@@ -23,6 +24,7 @@ from tfxformer.serving.loading import (
     saved_model_versions,
     target_languages_of,
 )
+from tfxformer.serving.nbest import Hypothesis, NBestFn, load_nbest_fn
 from tfxformer.serving.sampling import SampleFn, load_sample_fn
 from tfxformer.serving.scoring import PairScore, ScoreFn, load_score_fn
 from tfxformer.serving.translator import (
@@ -33,9 +35,10 @@ from tfxformer.serving.translator import (
 )
 
 __all__ = [
-    "MultilingualTranslator", "PairScore", "SampleFn", "ScoreFn", "TranslateFn", "Translator",
-    "export_ensemble", "export_run_dir", "export_saved_model", "export_translator",
-    "load_sample_fn", "load_score_fn", "load_sentencepiece_ops", "load_translate_fn",
+    "Hypothesis", "MultilingualTranslator", "NBestFn", "PairScore", "SampleFn", "ScoreFn",
+    "TranslateFn", "Translator", "export_ensemble", "export_run_dir", "export_saved_model",
+    "export_translator", "load_nbest_fn", "load_sample_fn", "load_score_fn",
+    "load_sentencepiece_ops", "load_translate_fn",
     "make_translate_fn", "make_translator", "next_version", "resolve_model_dir", "sanitize_utf8",
     "saved_model_versions", "shortlist_from_data", "target_languages_of",
 ]

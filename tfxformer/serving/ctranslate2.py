@@ -45,9 +45,12 @@ from tfxformer import checks
 from tfxformer.config import DecodingOptions
 from tfxformer.ids import SPM_FILENAME
 from tfxformer.serving.loading import load_translate_fn as load_saved_model_translate_fn
+from tfxformer.serving.nbest import Hypothesis
+from tfxformer.serving.nbest import load_nbest_fn as load_saved_model_nbest_fn
 
-__all__ = ["MARKER_FILENAME", "QUANTIZATIONS", "Ct2TranslateFn", "ct2_length_penalty",
-           "is_ctranslate2_dir", "load_ct2_translate_fn", "load_translate_fn", "read_marker"]
+__all__ = ["MARKER_FILENAME", "QUANTIZATIONS", "Ct2NBestFn", "Ct2TranslateFn",
+           "ct2_length_penalty", "is_ctranslate2_dir", "load_ct2_translate_fn",
+           "load_nbest_fn", "load_translate_fn", "read_marker"]
 
 MARKER_FILENAME = "tfxformer.json"
 FORMAT = "tfxformer-ctranslate2"
@@ -203,9 +206,9 @@ class Ct2TranslateFn:
                 hypotheses[i] = self._best(self._search([source], own))[0]
         return [self._sp.decode([p for p in pieces if p != EOS]) for pieces in hypotheses]
 
-    def _search(self, sources, limit=None):
+    def _search(self, sources, limit=None, **options):
         """Queues one batch (one length class): -> (its output limit, CTranslate2's
-        asynchronous results)."""
+        asynchronous results); `options` go to `translate_batch` too."""
         options = self.decoding
         limit = limit or max(self._limit(s) for s in sources)
         gnmt = options.length_normalization == "gnmt"
@@ -216,7 +219,39 @@ class Ct2TranslateFn:
             sources, beam_size=options.beam_size, patience=self.patience,
             length_penalty=beta, return_end_token=gnmt, max_decoding_length=limit,
             max_input_length=0, max_batch_size=0, suppress_sequences=[["<pad>"], ["<s>"]],
-            asynchronous=True)
+            asynchronous=True, **options)
+
+    def nbest(self, lines, num_hypotheses=None) -> list[list[Hypothesis]]:
+        """Each line's `num_hypotheses` (<= beam size; None: the beam size) best
+        translations, best first, with CTranslate2's scores (its length penalty, as
+        :meth:`_search` sets it), as :class:`tfxformer.serving.NBestFn` gives them; a
+        blank line's list is "" with score 0. A sentence whose hypotheses run past its own
+        output limit is decoded again alone with that limit."""
+        beam = self.options["beam_size"]
+        count = beam if num_hypotheses is None else checks.integer(
+            num_hypotheses, "num_hypotheses", 1, beam)
+        sources = [self._source(line) for line in lines]
+        outputs = [[Hypothesis("", 0.0)] for _ in sources]
+        search = dict(num_hypotheses=count, return_scores=True)
+        queued = [(rows, self._search([sources[i] for i in rows], **search))
+                  for rows in self._batches(sources)]
+        for rows, (limit, results) in queued:
+            for i, result in zip(rows, results, strict=True):
+                found = self._hypotheses(result.result(), limit)
+                own = self._limit(sources[i])
+                if any(len(pieces) > own for pieces, _ in found):
+                    limit, (again,) = self._search([sources[i]], own, **search)
+                    found = self._hypotheses(again.result(), limit)
+                outputs[i] = [Hypothesis(self._sp.decode([p for p in pieces if p != EOS]),
+                                         float(score)) for pieces, score in found]
+        return outputs
+
+    def _hypotheses(self, result, limit):
+        """[(pieces, score)] of one CTranslate2 result, "</s>" last where it ended."""
+        found = [list(h) for h in result.hypotheses]
+        if self.decoding.length_normalization != "gnmt":
+            found = [h + [EOS] if len(h) < limit else h for h in found]
+        return list(zip(found, result.scores, strict=True))
 
     def _best(self, searched) -> list[list[str]]:
         """The best hypothesis of each source of a queued batch: its pieces, "</s>" last
@@ -314,3 +349,45 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None, batch
     return load_saved_model_translate_fn(path, beam_size=beam_size, alpha=alpha,
                                          extra_length=extra_length, **batch,
                                          **saved_model_options)
+
+
+class Ct2NBestFn:
+    """`nbest(lines) -> list[list[Hypothesis]]` with a CTranslate2 model directory: the
+    interface of :class:`tfxformer.serving.NBestFn` over :meth:`Ct2TranslateFn.nbest`."""
+
+    def __init__(self, translate_fn: Ct2TranslateFn, num_hypotheses=None):
+        beam = translate_fn.options["beam_size"]
+        self.num_hypotheses = beam if num_hypotheses is None else checks.integer(
+            num_hypotheses, "num_hypotheses", 1, beam)
+        self._fn, self.path, self.kind = translate_fn, translate_fn.path, translate_fn.kind
+        self.options = translate_fn.options
+
+    def __call__(self, lines) -> list[list[Hypothesis]]:
+        return self._fn.nbest(lines, self.num_hypotheses)
+
+    def describe(self) -> str:
+        return f"{self._fn.describe()}; {self.num_hypotheses}-best lists"
+
+
+def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_length=None,
+                  batch_size=None, compute_type=None, threads=None, **saved_model_options):
+    """An n-best function for any model on disk: a :class:`Ct2NBestFn` for a CTranslate2
+    directory of this package (`compute_type`, `threads` as :func:`load_ct2_translate_fn`),
+    else :func:`tfxformer.serving.load_nbest_fn` (SavedModel, export dir, run dir; it takes
+    `saved_model_options`).
+
+    Raises:
+        ValueError: an option that does not apply to that kind of model, `num_hypotheses`
+            above the beam size, and as the loader called.
+    """
+    if is_ctranslate2_dir(path):
+        translate = load_translate_fn(path, beam_size, alpha, extra_length, batch_size,
+                                      compute_type, threads, **saved_model_options)
+        return Ct2NBestFn(translate, num_hypotheses)
+    for name, value in (("compute_type", compute_type), ("threads", threads)):
+        if value is not None:
+            raise ValueError(f"`{name}` {value!r} applies to CTranslate2 models; {path!r} "
+                             "is not one (a CTranslate2 directory holds model.bin).")
+    batch = {} if batch_size is None else {"batch_size": batch_size}
+    return load_saved_model_nbest_fn(path, num_hypotheses, beam_size, alpha, extra_length,
+                                     **batch, **saved_model_options)

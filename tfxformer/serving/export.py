@@ -10,6 +10,10 @@ truncated bool):
     translate_sampled: text, sampling_topk (int32 []), sampling_temperature (float32 []),
         sampling_topp (float32 []), extra_length (int32 []), seed (int64 []): a sampled
         translation per text; scalar inputs, not batchable.
+    translate_nbest: the inputs of translate_per_example and num_hypotheses (int32 [None],
+        <= beam_size) -> translations (tf.string (N, K)), scores (float32 (N, K)),
+        truncated: each text's n-best list (K the largest num_hypotheses; "" and -inf
+        beyond a text's own; docs/steering.md).
     score: text, target (tf.string, [None] each) -> log_prob, mean_log_prob (float32
         (N,)), token_log_probs (float32 (N, T)), length (int32 (N,)), truncated (bool):
         log P(target | text), teacher-forced (:meth:`Translator.score_pairs`).
@@ -157,13 +161,15 @@ def _save(translator, path, sources, config):
     signatures = {name: getattr(translator, attr).get_concrete_function() for name, attr in (
         ("serving_default", "__call__"), ("translate_per_example", "translate_per_example"),
         ("translate_with_options", "translate_with_options"),
-        ("translate_sampled", "translate_sampled"), ("score", "score"))}
+        ("translate_sampled", "translate_sampled"), ("translate_nbest", "translate_nbest"),
+        ("score", "score"))}
     # The concrete functions themselves, not the tf.functions: a tf.function on the root
     # is traced again in the saver's context, and the SavedModel would hold each graph twice.
     root.translate = signatures["serving_default"]
     root.translate_with_options = signatures["translate_with_options"]
     root.translate_per_example = signatures["translate_per_example"]
     root.translate_sampled = signatures["translate_sampled"]
+    root.translate_nbest = signatures["translate_nbest"]
     root.score = signatures["score"]
     captured = {}
     for function in signatures.values():

@@ -16,6 +16,7 @@ from tfxformer.decoding.sampling import fold_seed, seed_key
 from tfxformer.decoding.scoring import score_ragged
 from tfxformer.decoding.shortlist import check_table, shortlist_ids
 from tfxformer.ids import EOS_ID
+from tfxformer.serving import steering
 
 # Raw input is cut to this many characters per allowed token before tokenizing, so a
 # huge string costs little: a BPE piece spans at most 16 characters (SentencePiece's
@@ -138,7 +139,9 @@ class Translator(tf.Module):
     translation per text instead of beam search (:mod:`tfxformer.decoding.sampling`;
     `score` is then the sample's log P(Y | X)); the same seed and texts give the same
     translations. `score(text, target)` ((N,) strings each) scores given translations
-    (:meth:`score_pairs`).
+    (:meth:`score_pairs`). `translate_nbest(text, beam_size, alpha, extra_length,
+    max_input_tokens, num_hypotheses)` (one value of each per text) returns n-best lists
+    ("translations" and "scores" (N, K), "truncated"; :meth:`nbest`, docs/steering.md).
 
     Example:
     >>> translator = Translator(model, open("runs/base/spm.model", "rb").read())
@@ -218,9 +221,70 @@ class Translator(tf.Module):
             sampling_topk=sampling_topk, sampling_temperature=sampling_temperature,
             sampling_topp=sampling_topp, seed=seed))
 
+    @_signature(_TEXT_SPEC, *steering.NBEST_SPECS)
+    def translate_nbest(self, text, beam_size, alpha, extra_length, max_input_tokens,
+                        num_hypotheses):
+        return self.nbest(text, beam_size, alpha, extra_length, max_input_tokens,
+                          num_hypotheses)
+
     @_signature(_TEXT_SPEC, _TARGET_SPEC)
     def score(self, text, target):
         return self.score_pairs(text, target)
+
+    def nbest(self, text, beam_size, alpha, extra_length, max_input_tokens, num_hypotheses,
+              target_language=None):
+        """The graph behind `translate_nbest`: each text's `num_hypotheses` best
+        translations by beam search, every option one value per text ((N,) tensors, or
+        scalars for all; docs/steering.md).
+
+        Texts are read as :meth:`translate` reads them (invalid UTF-8 replaced, cut to
+        `max_input_tokens`, blank ones never decoded); texts with equal beam size, α and
+        extra length are decoded together, `max_batch_size` at a time in order of length.
+
+        Returns:
+            {"translations": (N, K) tf.string, best first, "scores": (N, K) float32 (as
+            :meth:`translate`'s `score`), "truncated": (N,) bool}, K the largest
+            `num_hypotheses`; beyond a text's own count (or where the search found fewer
+            hypotheses) "" with score -inf; a blank text's list is "" with score 0.
+        """
+        text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
+        text, tag_pieces = self._with_language(text, target_language)
+        size = tf.size(text)
+        options = self._example_options(text, dict(beam_size=beam_size, alpha=alpha,
+                                                   extra_length=extra_length))
+        count = steering.hypothesis_counts(num_hypotheses, options["beam_size"], size)
+        k = steering.width(count)
+        tokenizer = self.make_tokenizer()
+        pieces, truncated, blank = self._cut(text, tokenizer, self._input_limit(
+            text, max_input_tokens), tag_pieces)
+        active = tf.where(~blank)[:, 0]
+        pieces = tf.gather(pieces, active)
+        options = {name: tf.gather(value, active) for name, value in options.items()}
+        count = tf.gather(count, active)
+        keys = tf.stack([options["beam_size"], tf.bitcast(options["alpha"], tf.int32),
+                         options["extra_length"]], axis=1)
+
+        def decode(rows):
+            source = tf.gather(pieces, rows).to_tensor()
+            first = {name: value[rows[0]] for name, value in options.items()}
+            shortlist = None
+            if self.shortlist_info is not None:
+                shortlist = shortlist_ids(source, self.shortlist_table,
+                                          self.shortlist_frequent)
+            out = beam_search(self.model, source, **first,
+                              max_output_length=self.max_output_tokens, shortlist=shortlist,
+                              stopping=self.options.stopping,
+                              length_normalization=self.options.length_normalization)
+            return steering.nbest_lists(out.ids, out.lengths, out.scores,
+                                        tf.gather(count, rows), k,
+                                        lambda ids, lengths: self.detokenize(ids, lengths,
+                                                                             tokenizer))
+
+        translations, scores = steering.decode_grouped(
+            keys, tf.cast(pieces.row_lengths(), tf.int32), self.max_batch_size, decode,
+            (tf.string, tf.float32))
+        translations, scores = steering.with_blank_rows(blank, translations, scores, k)
+        return {"translations": translations, "scores": scores, "truncated": truncated}
 
     def score_pairs(self, text, target, target_language=None):
         """The graph behind the `score` signature: log P(target | text) of each pair by
@@ -474,7 +538,9 @@ class MultilingualTranslator(Translator):
     `translate_with_options(text, target_language, beam_size, alpha, extra_length)`,
     `translate_per_example(text, target_language, beam_size, alpha, extra_length,
     max_input_tokens)`, `translate_sampled(text, target_language, sampling_topk,
-    sampling_temperature, sampling_topp, extra_length, seed)`, `score(text,
+    sampling_temperature, sampling_topp, extra_length, seed)`, `translate_nbest(text,
+    target_language, beam_size, alpha, extra_length, max_input_tokens, num_hypotheses)`,
+    `score(text,
     target_language, target)` (the tag goes before `text`, the source);
     outputs as :class:`Translator`'s.
 
@@ -513,6 +579,12 @@ class MultilingualTranslator(Translator):
                               sampling=dict(sampling_topk=sampling_topk,
                                             sampling_temperature=sampling_temperature,
                                             sampling_topp=sampling_topp, seed=seed))
+
+    @_signature(_TEXT_SPEC, _LANGUAGE_SPEC, *steering.NBEST_SPECS)
+    def translate_nbest(self, text, target_language, beam_size, alpha, extra_length,
+                        max_input_tokens, num_hypotheses):
+        return self.nbest(text, beam_size, alpha, extra_length, max_input_tokens,
+                          num_hypotheses, target_language=target_language)
 
     @_signature(_TEXT_SPEC, _LANGUAGE_SPEC, _TARGET_SPEC)
     def score(self, text, target_language, target):

@@ -26,7 +26,8 @@ _MAX_RECORDS = 1000  # TF Serving reads no more warm-up records than this
 # The signatures a client calls whose every input and output is batch-major (TF Serving
 # batching concatenates requests along dimension 0); translate_with_options and
 # translate_sampled (scalar options) are not.
-BATCHABLE_SIGNATURES = ("serving_default", "translate_per_example", "score")
+BATCHABLE_SIGNATURES = ("serving_default", "translate_per_example", "translate_nbest",
+                        "score")
 SHORT_TEXT = "A dog runs in the park."
 LONG_TEXT = ("A group of young men in red and white uniforms is playing football on a green "
              "field near the old stone church, while their families watch from the wooden "
@@ -46,21 +47,24 @@ def _serving_apis():
 def signature_inputs(translator, signature, texts):
     """The request inputs of `signature` for `texts`: {name: numpy array}, batch-major.
 
-    `translate_per_example` gets the export's own options, one value per text; `score`
-    scores each text as its own target; a multilingual model's `target_language` takes
-    its languages in turn."""
+    `translate_per_example` and `translate_nbest` get the export's own options, one value
+    per text (`translate_nbest`: n-best lists of the beam size); `score` scores each text
+    as its own target; a multilingual model's `target_language` takes its languages in
+    turn."""
     inputs = {"text": np.array(texts, dtype=object)}
     languages = translator.target_languages
     if languages:
         inputs["target_language"] = np.array(
             [languages[i % len(languages)] for i in range(len(texts))], dtype=object)
-    if signature == "translate_per_example":
+    if signature in ("translate_per_example", "translate_nbest"):
         size = len(texts)
         inputs.update(
             beam_size=np.full([size], translator.beam_size, np.int32),
             alpha=np.full([size], translator.alpha, np.float32),
             extra_length=np.full([size], translator.extra_length, np.int32),
             max_input_tokens=np.full([size], translator.max_input_tokens, np.int32))
+        if signature == "translate_nbest":
+            inputs["num_hypotheses"] = np.full([size], translator.beam_size, np.int32)
     elif signature == "score":
         inputs["target"] = inputs["text"]
     elif signature != "serving_default":

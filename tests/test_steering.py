@@ -1,0 +1,218 @@
+"""Output a translator can steer (docs/steering.md): the `translate_nbest` signature in
+process and in the SavedModel, the Python n-best function, and translate.py --n-best."""
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import tensorflow as tf
+from conftest import tiny_export_translator
+from test_serving import ROBUST_INPUTS, run_script
+
+from tfxformer.decoding import EOS_ID, beam_search
+from tfxformer.serving import load_nbest_fn
+from tfxformer.serving.nbest import Hypothesis, moses_lines
+
+SOURCES = ["A dog runs in the park.", "Two men are talking.", "", "A woman sings.",
+           "The children play football on the green field."]
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_export, spm_model):
+    """The tiny export in process (conftest): beam 3, extra length 4, chunks of 3."""
+    return tiny_export_translator(tiny_export, spm_model)
+
+
+@pytest.fixture(scope="module")
+def processor(spm_model):
+    return spm.SentencePieceProcessor(model_proto=spm_model)
+
+
+def nbest_inputs(size, beam_size=3, num_hypotheses=3, alpha=0.6, extra_length=4,
+                 max_input_tokens=48):
+    """The per-text inputs of `translate_nbest` after `text`, each (size,) (a list gives
+    one value per text)."""
+    values = dict(beam_size=(beam_size, tf.int32), alpha=(alpha, tf.float32),
+                  extra_length=(extra_length, tf.int32),
+                  max_input_tokens=(max_input_tokens, tf.int32),
+                  num_hypotheses=(num_hypotheses, tf.int32))
+    return {name: tf.broadcast_to(tf.constant(value, dtype), [size])
+            for name, (value, dtype) in values.items()}
+
+
+def _lists(out):
+    return [[t.decode("utf-8") for t in row] for row in out["translations"].numpy()]
+
+
+def test_nbest_lists_are_the_beam_searchs_hypotheses(translator, processor):
+    """Each text's list is its beam's hypotheses, best first, with their scores; the first
+    is what translate_per_example returns; "" / -inf pad a list to the batch's widest."""
+    counts = [3, 2, 3, 1, 2]
+    out = translator.translate_nbest(tf.constant(SOURCES),
+                                     **nbest_inputs(5, num_hypotheses=counts))
+    assert out["translations"].shape == (5, 3) and out["scores"].shape == (5, 3)
+    best = translator.translate_per_example(tf.constant(SOURCES), [3] * 5, [0.6] * 5,
+                                            [4] * 5, [48] * 5)
+    assert [row[0] for row in _lists(out)] == [t.decode() for t in best["translation"].numpy()]
+    np.testing.assert_allclose(out["scores"][:, 0], best["score"], rtol=1e-5)
+    for i, text in enumerate(SOURCES):
+        scores = out["scores"].numpy()[i]
+        assert np.all(scores[counts[i]:] == -np.inf) and _lists(out)[i][counts[i]:] == [
+            ""] * (3 - counts[i])
+        if not text:  # a blank text: the empty translation, score 0
+            assert _lists(out)[i][0] == "" and scores[0] == 0.0
+            continue
+        beams = beam_search(translator.model, [processor.encode(text) + [EOS_ID]],
+                            beam_size=3, alpha=0.6, extra_length=4,
+                            max_output_length=translator.max_output_tokens,
+                            stopping=translator.options.stopping)
+        expected = translator.detokenize(beams.ids[0], beams.lengths[0]).numpy()
+        assert _lists(out)[i][:counts[i]] == [t.decode() for t in expected[:counts[i]]]
+        np.testing.assert_allclose(scores[:counts[i]], beams.scores[0, :counts[i]], rtol=1e-5)
+        assert np.all(np.diff(scores[:counts[i]]) <= 0)  # best first
+
+
+def test_nbest_takes_per_text_beams_and_any_input(translator):
+    """Texts with other beam sizes are decoded apart (a list narrower than the batch's
+    width is padded); hostile inputs give valid UTF-8; an empty batch gives (0, 1)."""
+    texts = tf.constant(ROBUST_INPUTS[:16])
+    beams = [1, 2, 3, 4] * 4
+    out = translator.translate_nbest(texts, **nbest_inputs(16, beam_size=beams,
+                                                           num_hypotheses=beams))
+    assert out["translations"].shape == (16, 4)
+    for row, beam in zip(_lists(out), beams, strict=True):  # strict UTF-8, as decoded
+        assert row[beam:] == [""] * (4 - beam)
+    alone = translator.translate_nbest(texts[3:4], **nbest_inputs(1, beam_size=4,
+                                                                  num_hypotheses=4))
+    assert _lists(alone)[0] == _lists(out)[3]
+    empty = translator.translate_nbest(tf.constant([], tf.string), **nbest_inputs(0))
+    assert empty["translations"].shape == (0, 1) and empty["truncated"].shape == (0,)
+    huge = translator.translate_nbest(tf.constant([ROBUST_INPUTS[-1]]), **nbest_inputs(1))
+    assert huge["truncated"].numpy().tolist() == [True]
+
+
+def test_nbest_rejects_bad_counts(translator):
+    for bad, message in ((dict(num_hypotheses=4), "`num_hypotheses` must be >= 1 and <= "
+                                                  "`beam_size`"),
+                         (dict(num_hypotheses=0), "`num_hypotheses` must be >= 1"),
+                         (dict(beam_size=0, num_hypotheses=0), "`beam_size` must be >= 1")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            translator.translate_nbest(tf.constant(["A dog."]), **nbest_inputs(1, **bad))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one value per text"):
+        translator.translate_nbest(tf.constant(["A dog.", "A cat."]),
+                                   **{**nbest_inputs(2), "num_hypotheses": tf.constant([1])})
+
+
+def test_python_function_on_the_saved_model_gives_the_graphs_lists(tiny_export,
+                                                                    translator):
+    """load_nbest_fn on the export (its `translate_nbest` signature) returns the lists of
+    the in-process graph without their padding; Moses lines of them."""
+    nbest = load_nbest_fn(tiny_export, num_hypotheses=2, batch_size=3)
+    lists = nbest(SOURCES)
+    here = translator.translate_nbest(tf.constant(SOURCES),
+                                      **nbest_inputs(5, num_hypotheses=2))
+    expected = [[(t, s) for t, s in zip(row, scores, strict=True) if s != -np.inf]
+                for row, scores in zip(_lists(here), here["scores"].numpy(), strict=True)]
+    assert [[h.text for h in row] for row in lists] == [[t for t, _ in r] for r in expected]
+    np.testing.assert_allclose([h.score for row in lists for h in row],
+                               [s for r in expected for _, s in r], rtol=1e-5)
+    assert lists[2] == [Hypothesis("", 0.0)]
+    assert moses_lines(7, [Hypothesis("Ein\nHund", -1.5)]) == ["7 ||| Ein Hund ||| -1.500000"]
+    with pytest.raises(ValueError, match="`num_hypotheses` 4 must be <= the beam size 3"):
+        load_nbest_fn(tiny_export, num_hypotheses=4)
+
+
+@pytest.mark.slow
+def test_translate_script_prints_moses_nbest_lines(tiny_export, translator):
+    stdout = run_script("translate", ["--model", tiny_export, "--n-best", "2",
+                                      "--batch-size", "3"],
+                        stdin="".join(s + "\n" for s in SOURCES).encode())
+    rows = [line.split(" ||| ") for line in stdout.splitlines()]
+    here = translator.translate_nbest(tf.constant(SOURCES),
+                                      **nbest_inputs(5, num_hypotheses=2))
+    expected = [(str(i), " ".join(t.split()), s) for i, (row, scores) in enumerate(zip(
+        _lists(here), here["scores"].numpy(), strict=True))
+        for t, s in zip(row, scores, strict=True) if s != -np.inf]
+    assert [r[:2] for r in rows] == [list(e[:2]) for e in expected]
+    np.testing.assert_allclose([float(r[2]) for r in rows], [e[2] for e in expected],
+                               atol=1e-4)
+
+
+# --- repetition control and the forced prefix in the searches (tfxformer.decoding.steering)
+
+
+def _ngram_bans_reference(history, n):
+    """CTranslate2's NoRepeatNgram on one hypothesis, in Python: the tokens that followed an
+    earlier occurrence of the last n - 1 tokens."""
+    if n == 0 or len(history) < n:
+        return set()
+    suffix = history[len(history) - n + 1:] if n > 1 else []
+    return {history[j + n - 1] for j in range(len(history) - n + 1)
+            if history[j:j + n - 1] == suffix}
+
+
+def test_steered_logits_follow_ctranslate2s_rules():
+    """Penalty: logits of written tokens divided (positive) or multiplied (negative) by p;
+    bans: NEG_INF on tokens completing a written n-gram, per row its own n."""
+    from tfxformer.decoding.common import NEG_INF
+    from tfxformer.decoding.steering import Steering, steer_logits
+
+    rng = np.random.default_rng(0)
+    rows, columns, vocab = 12, 9, 7
+    history = rng.integers(4, vocab, (rows, columns)).astype(np.int32)
+    history[:, 5:] = 0  # PAD past the written tokens
+    logits = rng.normal(size=(rows, vocab)).astype(np.float32)
+    sizes = np.array([0, 1, 2, 3, 4, 5, 6, 2, 3, 1, 2, 0], np.int32)
+    penalties = np.array([1.0, 1.5, 2.0, 1.0, 0.5, 1.2, 1.0, 3.0, 1.0, 1.0, 1.3, 2.0],
+                         np.float32)
+    steering = Steering(tf.constant(sizes), tf.constant(penalties), tf.zeros([rows, 0],
+                                                                             tf.int32),
+                        tf.zeros([rows], tf.int32))
+    got = steer_logits(tf.constant(logits), tf.constant(history), tf.constant(5),
+                       steering).numpy()
+    for r in range(rows):
+        written = history[r, :5].tolist()
+        expected = logits[r].copy()
+        for token in set(written):
+            value = expected[token]
+            expected[token] = value * penalties[r] if value < 0 else value / penalties[r]
+        for token in _ngram_bans_reference(written, int(sizes[r])):
+            expected[token] = NEG_INF
+        np.testing.assert_allclose(got[r], expected, rtol=1e-6, err_msg=str(r))
+    assert _ngram_bans_reference([5, 6, 5, 6, 5], 3) == {6}  # the reference itself
+
+
+def test_a_forced_prefix_starts_every_hypothesis_and_keeps_one_alive(tiny_config):
+    """The prefix is written with the model's log-probabilities (the n-best lists' scores
+    are log P(Y | X) of the whole output), one hypothesis alive while it is forced (no
+    duplicates), then the search goes on; greedy and beam 1 agree with repetition control."""
+    from tfxformer import Transformer
+    from tfxformer.decoding import greedy_decode, score_targets
+    from tfxformer.decoding.steering import make_steering
+
+    model = Transformer(tiny_config)
+    source = tf.constant([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
+    prefix = tf.ragged.constant([[11, 12, 13], []])
+    steering = make_steering(2, prefix=prefix)
+    out = beam_search(model, source, beam_size=4, alpha=0.0, extra_length=6,
+                      steering=steering, stopping="bound")
+    ids = out.ids.numpy()
+    assert np.all(ids[0, :, :3] == [11, 12, 13])
+    assert len({tuple(row) for row in ids[0]}) == 4  # four different hypotheses
+    scored = score_targets(model, tf.repeat(source[:1], 4, axis=0), out.ids[0])
+    np.testing.assert_allclose(out.scores[0], scored.scores, rtol=1e-4)
+    free = beam_search(model, source[1:], beam_size=4, alpha=0.0, extra_length=6,
+                       stopping="bound")
+    assert ids[1].tolist() == free.ids[0].numpy().tolist()  # no prefix: as without
+    controls = dict(no_repeat_ngram_size=2, repetition_penalty=1.7)
+    greedy = greedy_decode(model, source, extra_length=6,
+                           steering=make_steering(2, prefix=prefix, **controls))
+    beam1 = beam_search(model, source, beam_size=1, alpha=0.0, extra_length=6,
+                        steering=make_steering(2, prefix=prefix, **controls))
+    assert greedy.ids.numpy().tolist() == beam1.ids[:, 0].numpy().tolist()
+    for row in greedy.ids.numpy():  # no 2-gram twice
+        tokens = [t for t in row.tolist() if t not in (0, 3)]
+        pairs = list(zip(tokens, tokens[1:], strict=False))
+        assert len(pairs) == len(set(pairs))
+    assert make_steering(2) is None  # every option off: the search as without steering
+    with pytest.raises(ValueError, match="`repetition_penalty` must be a number > 0"):
+        make_steering(2, repetition_penalty=0.0)

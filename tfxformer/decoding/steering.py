@@ -1,0 +1,174 @@
+"""Per-sentence control of what a search may write: repetition control and a forced prefix.
+
+Not in the paper; CTranslate2's decoding options, with its semantics
+(`ctranslate2::RepetitionPenalty`, `NoRepeatNgram` and the hard target prefix of its
+`decoding.cc`):
+
+* `repetition_penalty` p (> 0; 1 = off; CTRL, Keskar et al., 2019): before the softmax,
+  the logit of every token the hypothesis already holds (its forced prefix included) is
+  divided by p where it is positive and multiplied by p where it is negative, so p > 1
+  makes a repeat less likely.
+* `no_repeat_ngram_size` n (0 = off): a token that would complete an n-gram the
+  hypothesis already holds is banned (its logit set to NEG_INF before the softmax, so the
+  other tokens' probabilities are renormalized); n = 1 bans every token already written.
+* `prefix`: the first tokens of the output are given (a translator's partial translation):
+  while a hypothesis is inside its prefix, only the prefix's next token may follow,
+  scored with the model's log-probability of it (the search's score stays log P(Y | X)).
+
+A :class:`Steering` holds them per sentence; the searches apply it at each step to the
+step function's logits (:func:`steer_logits`) and log-probabilities
+(:func:`force_prefix`). An ensemble's step function returns log-probabilities, which then
+play the logits' part. Without a Steering (None) a search runs as it always did.
+
+Shapes: B sentences, N rows of the step function (hypotheses), C output columns,
+P prefix columns, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from tfxformer.decoding.common import NEG_INF
+from tfxformer.ids import PAD_ID
+
+__all__ = ["Steering", "force_prefix", "make_steering", "steer_logits"]
+
+
+class Steering(NamedTuple):
+    """Per-sentence output controls (module docstring); a search gathers its rows with
+    the sentences (`tf.nest` leaves, leading axis B)."""
+
+    no_repeat_ngram_size: tf.Tensor  # (B,) int32, 0 = off
+    repetition_penalty: tf.Tensor  # (B,) float32 > 0, 1 = off
+    prefix: tf.Tensor  # (B, P) int32 forced first tokens, PAD after each prefix
+    prefix_lengths: tf.Tensor  # (B,) int32 tokens of each prefix, 0 = none
+
+
+def _per_sentence(value, batch, dtype):
+    value = tf.cast(value, dtype)
+    return tf.broadcast_to(value, [batch]) if value.shape.rank == 0 else value
+
+
+def make_steering(batch, no_repeat_ngram_size=0, repetition_penalty=1.0, prefix=None):
+    """The :class:`Steering` of `batch` sentences, or None when every option is off and a
+    Python value (the search then runs as without steering).
+
+    Args:
+        batch: () int32 B.
+        no_repeat_ngram_size: >= 0, a scalar or (B,) (0 = off).
+        repetition_penalty: > 0, a scalar or (B,) (1 = off).
+        prefix: None, or (B, P) int ids (PAD after each prefix) or a (B, None) ragged
+            tensor: the forced first output tokens (no EOS).
+
+    Raises:
+        ValueError: a Python value out of range (tensors get graph assertions).
+    """
+    python = all(not isinstance(v, (tf.Tensor, tf.Variable))
+                 for v in (no_repeat_ngram_size, repetition_penalty))
+    if python:
+        if isinstance(no_repeat_ngram_size, bool) or not isinstance(no_repeat_ngram_size, int) \
+                or no_repeat_ngram_size < 0:
+            raise ValueError("`no_repeat_ngram_size` must be an int >= 0 (0 = off), got "
+                             f"{no_repeat_ngram_size!r}.")
+        if not repetition_penalty > 0:
+            raise ValueError("`repetition_penalty` must be a number > 0 (1 = off), got "
+                             f"{repetition_penalty!r}.")
+        if prefix is None and no_repeat_ngram_size == 0 and repetition_penalty == 1.0:
+            return None
+    size = _per_sentence(no_repeat_ngram_size, batch, tf.int32)
+    penalty = _per_sentence(repetition_penalty, batch, tf.float32)
+    checks = [tf.debugging.assert_non_negative(size, message="`no_repeat_ngram_size` must "
+                                               "be >= 0"),
+              tf.debugging.assert_positive(penalty, message="`repetition_penalty` must be > 0")]
+    if prefix is None:
+        ids, lengths = tf.zeros([batch, 0], tf.int32), tf.zeros([batch], tf.int32)
+    elif isinstance(prefix, tf.RaggedTensor):
+        ids = tf.cast(prefix.to_tensor(PAD_ID), tf.int32)
+        lengths = tf.cast(prefix.row_lengths(), tf.int32)
+    else:
+        ids = tf.cast(tf.convert_to_tensor(prefix), tf.int32)
+        lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)
+    with tf.control_dependencies(checks):
+        return Steering(tf.identity(size), tf.identity(penalty), ids, lengths)
+
+
+def hypothesis_rows(steering: Steering, beams) -> Steering:
+    """Each sentence's steering repeated for its `beams` hypotheses (row b * beams + k)."""
+    return tf.nest.map_structure(lambda t: tf.repeat(t, beams, axis=0), steering)
+
+
+def _seen(history, valid, vocab):
+    """(N, V) bool: the tokens of the first `valid` columns of `history` (N, C)."""
+    rows, columns = tf.shape(history)[0], tf.shape(history)[1]
+    inside = tf.range(columns)[None, :] < valid
+    index = tf.stack([tf.repeat(tf.range(rows), columns), tf.reshape(history, [-1])], axis=1)
+    written = tf.cast(inside & (history >= 0), tf.int32)  # (N, C)
+    counts = tf.scatter_nd(index, tf.reshape(written, [-1]), [rows, vocab])
+    return counts > 0
+
+
+def _ngram_bans(history, valid, size, vocab):
+    """(N, V) bool: tokens that would complete an n-gram (n = `size` (N,), 0 = off) the
+    first `valid` tokens of `history` (N, C) already hold (CTranslate2's NoRepeatNgram)."""
+    rows, columns = tf.shape(history)[0], tf.shape(history)[1]
+    starts = tf.range(columns)[None, :]  # (1, C) the n-gram's first column j
+    # an earlier n-gram lies inside the history: j + n - 1 < valid (the banned token at
+    # column j + n - 1 is written), and n > 0
+    match = (size[:, None] > 0) & (starts + size[:, None] - 1 < valid)
+    suffix_start = valid - size + 1  # (N,) the last n - 1 tokens start here
+
+    def body(m, match):
+        ahead = tf.gather(history, tf.minimum(starts[0] + m, columns - 1), axis=1)
+        wanted = tf.gather(history, tf.clip_by_value(suffix_start + m, 0, columns - 1)[:, None],
+                           batch_dims=1)  # (N, 1)
+        return m + 1, match & ((m >= size[:, None] - 1) | tf.equal(ahead, wanted))
+
+    longest = tf.reduce_max(tf.concat([size, [1]], axis=0))
+    _, match = tf.while_loop(lambda m, _: m < longest - 1, body, [tf.constant(0), match])
+    banned = tf.gather(history, tf.clip_by_value(starts[0][None, :] + size[:, None] - 1, 0,
+                                                 columns - 1), batch_dims=1)  # (N, C)
+    index = tf.stack([tf.repeat(tf.range(rows), columns), tf.reshape(banned, [-1])], axis=1)
+    counts = tf.scatter_nd(index, tf.reshape(tf.cast(match, tf.int32), [-1]), [rows, vocab])
+    return counts > 0
+
+
+def steer_logits(logits, history, valid, steering: Steering):
+    """`logits` (N, V) (or (N, 1, V)) of N hypotheses, float32, with the repetition penalty
+    and the n-gram bans of `steering` (its rows those of the hypotheses) applied; history
+    (N, C) int32 the tokens each hypothesis wrote so far, `valid` () int32 of them."""
+    if logits.shape.rank == 3:
+        logits = logits[:, -1]
+    logits = tf.cast(logits, tf.float32)
+    vocab = tf.shape(logits)[-1]
+    history = tf.cast(history, tf.int32)
+    penalty = steering.repetition_penalty[:, None]
+
+    def penalized():
+        seen = _seen(history, valid, vocab)
+        scaled = tf.where(logits < 0.0, logits * penalty, logits / penalty)
+        return tf.where(seen, scaled, logits)
+
+    logits = tf.cond(tf.reduce_any(tf.not_equal(penalty, 1.0)), penalized, lambda: logits)
+    size = steering.no_repeat_ngram_size
+    return tf.cond(tf.reduce_any(size > 0),
+                   lambda: tf.where(_ngram_bans(history, valid, size, vocab), NEG_INF, logits),
+                   lambda: logits)
+
+
+def force_prefix(log_probs, step, steering: Steering):
+    """`log_probs` (N, V) with every token but the prefix's next one set to NEG_INF in the
+    rows still inside their prefix at `step` () int32 (tokens written so far)."""
+    inside = step < steering.prefix_lengths  # (N,)
+    token = _prefix_token(steering.prefix, step)
+    vocab = tf.shape(log_probs)[-1]
+    only = tf.equal(tf.range(vocab)[None, :], token[:, None])
+    return tf.where(inside[:, None] & ~only, NEG_INF, log_probs)
+
+
+def _prefix_token(prefix, step):
+    """(N,) the prefix token at column `step` (PAD past the prefix's columns)."""
+    padded = tf.pad(prefix, [[0, 0], [0, 1]], constant_values=PAD_ID)
+    column = tf.minimum(step, tf.shape(padded)[1] - 1)
+    return tf.gather(padded, column, axis=1)

@@ -1,0 +1,122 @@
+"""N-best lists from Python: each line's best translations with their scores.
+
+:func:`load_nbest_fn` opens a SavedModel's `translate_nbest` signature, or a run dir's model
+through the same graph (:meth:`tfxformer.serving.Translator.nbest`), and returns
+`nbest(lines) -> list[list[Hypothesis]]`, best first (docs/steering.md). The
+CTranslate2 runtime gives the same lists (:meth:`tfxformer.serving.ctranslate2.
+Ct2TranslateFn.nbest`).
+
+    from tfxformer.serving import load_nbest_fn
+    nbest = load_nbest_fn("saved_models/en_de", num_hypotheses=4)
+    for hypothesis in nbest(["A dog runs."])[0]:
+        print(hypothesis.score, hypothesis.text)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from tfxformer import checks
+from tfxformer.config import DecodingOptions
+from tfxformer.serving.batching import translate_in_length_order
+from tfxformer.serving.signatures import OpenedSignature, language_inputs, open_signature
+
+__all__ = ["Hypothesis", "NBestFn", "load_nbest_fn", "moses_lines"]
+
+_DEFAULTS = DecodingOptions()
+
+
+class Hypothesis(NamedTuple):
+    """One translation of an n-best list: its `text` and `score`, log P(Y | X) divided by
+    the length normalization (the beam search's own score, higher is better)."""
+
+    text: str
+    score: float
+
+
+def hypotheses(translations, scores) -> list[list[Hypothesis]]:
+    """(N, K) byte strings and float scores -> N lists, the padding ("" with score -inf)
+    left out."""
+    return [[Hypothesis(t.decode("utf-8"), float(s)) for t, s in zip(row_t, row_s,
+                                                                      strict=True)
+             if s != -np.inf] for row_t, row_s in zip(translations, scores, strict=True)]
+
+
+def moses_lines(index: int, nbest: list) -> list[str]:
+    """The Moses n-best lines of sentence `index` (0-based): "i ||| text ||| score"."""
+    return [f"{index} ||| {' '.join(h.text.split())} ||| {h.score:.6f}" for h in nbest]
+
+
+class NBestFn:
+    """`nbest(lines) -> list[list[Hypothesis]]`: each line's (str or UTF-8 bytes) best
+    translations, best first, at most `num_hypotheses` (fewer where the search found
+    fewer). Lines are sorted by length and sent `batch_size` at a time.
+
+    Attributes: `path`, `kind`, `options` (a :class:`DecodingOptions`), `num_hypotheses`.
+    """
+
+    def __init__(self, opened: OpenedSignature, options: DecodingOptions, num_hypotheses,
+                 batch_size=_DEFAULTS.batch_size, target_language=None):
+        self.batch_size = checks.integer(batch_size, "batch_size", 1)
+        self.num_hypotheses = checks.integer(num_hypotheses, "num_hypotheses", 1)
+        if self.num_hypotheses > options.beam_size:
+            raise ValueError(f"`num_hypotheses` {num_hypotheses} must be <= the beam size "
+                             f"{options.beam_size}: a beam holds that many hypotheses.")
+        language_inputs(opened, target_language, 0)  # a bad language fails here, not later
+        self._opened, self._language = opened, target_language
+        self.path, self.kind, self.options = opened.path, opened.kind, options
+
+    def __call__(self, lines) -> list[list[Hypothesis]]:
+        return translate_in_length_order(self._batch, list(lines), self.batch_size)
+
+    def _batch(self, lines):
+        size, o = len(lines), self.options
+        out = self._opened.function(
+            text=tf.constant(lines, tf.string),
+            **language_inputs(self._opened, self._language, size),
+            beam_size=tf.fill([size], o.beam_size), alpha=tf.fill([size], float(o.alpha)),
+            extra_length=tf.fill([size], o.extra_length),
+            max_input_tokens=tf.fill([size], o.max_input_tokens),
+            num_hypotheses=tf.fill([size], self.num_hypotheses))
+        return hypotheses(out["translations"].numpy(), out["scores"].numpy())
+
+    def describe(self) -> str:
+        """One line for a log: the model and its decoding options."""
+        o = self.options
+        return (f"model: {self.path} ({self.kind.replace('_', ' ')}); {self.num_hypotheses}"
+                f"-best lists, beam size {o.beam_size}, alpha {o.alpha}, extra length "
+                f"{o.extra_length}, stopping {o.stopping}, length normalization "
+                f"{o.length_normalization}")
+
+
+def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_length=None,
+                  batch_size=_DEFAULTS.batch_size, precision="fp32", checkpoint=None,
+                  target_language=None) -> NBestFn:
+    """The n-best function of a SavedModel version dir, its export dir, or a run dir.
+
+    Args:
+        path: a SavedModel (version or export dir) with the `translate_nbest` signature, or
+            a trained run dir (its averaged checkpoint first).
+        num_hypotheses: translations per line, at most the beam size (None: the beam size).
+        beam_size, alpha, extra_length: decoding options (None: the export's, else
+            :class:`DecodingOptions`').
+        batch_size, precision, checkpoint, target_language: as
+            :func:`tfxformer.serving.load_translate_fn`'s.
+
+    Returns:
+        An :class:`NBestFn`.
+
+    Raises:
+        FileNotFoundError: `path` is no model dir.
+        ValueError: a bad option (`num_hypotheses` above the beam size), or a SavedModel
+            without `translate_nbest` (exported before it existed: re-export it with
+            scripts/export.py).
+    """
+    opened = open_signature(path, "translate_nbest", batch_size, precision, checkpoint)
+    options = opened.options.replace(beam_size=beam_size, alpha=alpha,
+                                     extra_length=extra_length).validate()
+    count = options.beam_size if num_hypotheses is None else num_hypotheses
+    return NBestFn(opened, options, count, batch_size, target_language)
