@@ -143,15 +143,11 @@ RULES = ("bound", "finished")
 
 def load(model_path):
     """(Keras Transformer, its export's DecodingOptions or the defaults, spm bytes) of a
-    SavedModel export or version dir (its variables) or a run dir."""
+    SavedModel export or version dir (its variables), a run dir or a preset dir."""
     from tfxformer import Transformer, pretrained
     from tfxformer.config import DecodingOptions
-    from tfxformer.locate import resolve_model_dir
 
-    kind, path = resolve_model_dir(model_path)
-    loader = pretrained.load_saved_model_weights if kind == "saved_model" \
-        else pretrained.load_run_dir
-    model, record, spm = loader(Transformer, path)
+    model, record, spm = pretrained.load_source(Transformer, model_path)
     return model, record.decoding or DecodingOptions(), spm
 
 

@@ -2,8 +2,9 @@
 """Make training data with teachers: sequence-level distillation and data diversification.
 
 Translates the training split of a text folder with one or more teachers (SavedModel
-exports, ensemble exports, run dirs) into a new text folder that `scripts/train_wmt.py
---data OUT` trains on; validation and test files are copied unchanged.
+exports, ensemble exports, run dirs, preset dirs, CTranslate2 dirs) into a new text folder
+that `scripts/train_wmt.py --data OUT` trains on; validation and test files are copied
+unchanged.
 
     # Kim & Rush (2016): the student learns the teacher's beam-search outputs
     python scripts/distill.py --data ../shared/data/multi30k --src en --tgt de \\
@@ -48,8 +49,9 @@ def build_parser():
     parser.add_argument("--teacher", action="append", default=[], metavar="MODEL",
                         help="forward teacher SRC -> TGT, giving the pairs (source, "
                              "teacher(source)): a SavedModel version dir, an export dir "
-                             "(highest version), an ensemble export or a run dir; repeat for "
-                             "several")
+                             "(highest version), an ensemble export, a run dir, a preset dir "
+                             "of Transformer.save_to_preset (saved with its languages) or a "
+                             "CTranslate2 dir; repeat for several")
     parser.add_argument("--reverse-teacher", action="append", default=[], metavar="MODEL",
                         help="backward teacher TGT -> SRC, giving the pairs "
                              "(teacher(target), target), as --teacher; repeat for several")
@@ -75,21 +77,23 @@ def build_parser():
                         help="distill only the first N training pairs, for a trial (its "
                              "complete chunks are reused by a later run without --limit)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
-                        help="compute type of run-dir teachers; a SavedModel computes as it "
-                             "was exported (default: %(default)s)")
+                        help="compute type of run-dir and preset-dir teachers; a SavedModel "
+                             "computes as it was exported (default: %(default)s)")
     return parser
 
 
-def _teacher_record(path):
-    """(kind, resolved path, RunRecord) of the model at `path`, reading its config only."""
-    from tfxformer.locate import read_record, resolve_model_dir
+def _teacher_record(path, reverse):
+    """(kind, resolved path, RunRecord) of the model at `path`, reading its records only."""
+    from tfxformer.locate import KINDS, resolve
 
-    kind, resolved = resolve_model_dir(path)
-    record = read_record(kind, resolved)
-    if record is None:
-        raise FileNotFoundError(f"Teacher {path!r} has no config.json: its languages are "
-                                "unknown; export it with scripts/export.py.")
-    return kind, resolved, record
+    flag = "--reverse-teacher" if reverse else "--teacher"
+    source = resolve(path, KINDS, f"scripts/distill.py {flag}")
+    if source.direction is None:
+        raise ValueError(f"scripts/distill.py {flag}: {path!r} is {source.what} that records "
+                         "no languages, so its direction cannot be checked; save it with "
+                         "`model.save_to_preset(dir, src=..., tgt=...)` or export it from "
+                         "its run dir.")
+    return source.kind, source.path, source.record()
 
 
 def make_teacher(path, reverse, args):
@@ -97,9 +101,9 @@ def make_teacher(path, reverse, args):
     its model loaded only when a chunk is left to translate."""
     from tfxformer.data.distill import Teacher, check_direction
     from tfxformer.rundir import find_checkpoint
-    from tfxformer.serving import load_translate_fn
+    from tfxformer.serving.ctranslate2 import load_translate_fn  # any form
 
-    kind, resolved, record = _teacher_record(path)
+    kind, resolved, record = _teacher_record(path, reverse)
     language = check_direction(path, record.src, record.tgt, record.target_languages,
                                args.src, args.tgt, reverse)
     settings = dict(model=os.path.abspath(resolved), kind=kind, beam_size=args.beam_size,
@@ -109,7 +113,9 @@ def make_teacher(path, reverse, args):
         checkpoint = find_checkpoint(resolved)
         settings.update(precision=args.precision, checkpoint=checkpoint and os.path.relpath(
             checkpoint, resolved))
-    precision = dict(precision=args.precision) if kind == "run_dir" else {}
+    elif kind == "preset":
+        settings.update(precision=args.precision)
+    precision = dict(precision=args.precision) if kind in ("run_dir", "preset") else {}
 
     def load():
         translate = load_translate_fn(path, beam_size=args.beam_size, alpha=args.alpha,

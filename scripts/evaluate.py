@@ -4,12 +4,14 @@
         --data ../shared/data/multi30k --sets test_2016_flickr test_2017_flickr --greedy
 
 --model is an exported SavedModel (its export's decoding options; greedy rows with beam 1,
-alpha 0) or a trained run dir (optionally --checkpoint, e.g. RUN/checkpoints/ckpt-5000 for
-the model before averaging), or a CTranslate2 model directory (scripts/export.py --format
-ctranslate2; optionally --compute-type), loaded by tfxformer.serving.ctranslate2's
-load_translate_fn. With --metric multi30k each row also has the BLEU Multi30k papers report
-(lowercased, normalised, Moses tokenized, against DATA/tok/SET.lc.norm.tok.TGT). Prints a
-markdown table and one JSON line per row; --hyp-dir keeps the translations.
+alpha 0; an ensemble export too), a trained run dir (optionally --checkpoint, e.g.
+RUN/checkpoints/ckpt-5000 for the model before averaging), a preset dir of
+Transformer.save_to_preset (evaluated as a run dir is), or a CTranslate2 model directory
+(scripts/export.py --format ctranslate2; optionally --compute-type), loaded by
+tfxformer.serving.ctranslate2's load_translate_fn. With --metric multi30k each row also has
+the BLEU Multi30k papers report (lowercased, normalised, Moses tokenized, against
+DATA/tok/SET.lc.norm.tok.TGT). Prints a markdown table and one JSON line per row; --hyp-dir
+keeps the translations.
 """
 
 import argparse
@@ -67,7 +69,10 @@ def multi30k_references(data, name, tgt):
 def _parser():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="SavedModel (or export dir) or run dir")
+    parser.add_argument("--model", required=True,
+                        help="any trained model: a SavedModel version or export dir (an "
+                             "ensemble export too), a run dir, a preset dir of "
+                             "Transformer.save_to_preset, or a CTranslate2 dir")
     parser.add_argument("--checkpoint", help="checkpoint prefix of a run dir (default: the "
                         "newest that the state file names, averaged first)")
     parser.add_argument("--data", required=True, help="folder with NAME.SRC / NAME.TGT files")
@@ -145,12 +150,9 @@ def _target_language(args):
     """--target-language, or --tgt where the model is multilingual (None otherwise)."""
     if args.target_language is not None:
         return args.target_language
-    from tfxformer.serving import target_languages_of
+    from tfxformer.locate import resolve
 
-    try:
-        languages = target_languages_of(args.model)
-    except (OSError, ValueError):
-        return None  # load() says what is wrong with the model path
+    languages = resolve(args.model, tool="scripts/evaluate.py --model").target_languages
     return args.tgt if languages else None
 
 

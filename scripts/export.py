@@ -1,6 +1,8 @@
-"""Export a trained run dir (or re-export a SavedModel of this package) for TF Serving.
+"""Export a trained model (run dir, preset dir, or a SavedModel to re-export) for TF Serving.
 
     python scripts/export.py --model runs/base --export-dir saved_models/en_de
+    python scripts/export.py --model runs/adapted_preset --export-dir saved_models/adapted
+                                  # a preset dir of model.save_to_preset(dir) (after fit)
     python scripts/export.py --model saved_models/multi30k_en_de \
         --export-dir saved_models/multi30k_en_de          # re-export with today's code
                                   # (beam, α, rules and limits: the source's unless flags say)
@@ -15,7 +17,10 @@
 
 Writes `<export-dir>/<next version>/` (saved_model.pb, variables/, assets/, and
 assets.extra/ with TF Serving warm-up records and an example batching_parameters.txt)
-and prints its path. `--ensemble` takes two or more trained models in place of `--model`
+and prints its path. --model is a run dir (averaged checkpoint first, or --checkpoint), a
+preset dir of `Transformer.save_to_preset`, or a SavedModel export or version dir of one
+model (re-exported with today's code); an ensemble export or a CTranslate2 dir is an error
+naming what it is. `--ensemble` takes two or more trained models in place of `--model`
 (run dirs, SavedModels of one model, or preset dirs, all with the same spm.model): the
 SavedModel then decodes with all of them at once, each step scored with their averaged
 probabilities. See README, "Serving", and docs/serving.md, "Ensembles".
@@ -33,9 +38,9 @@ import argparse
 import sys
 
 from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES, DecodingOptions
+from tfxformer.locate import ONE_MODEL, resolve
 from tfxformer.serving.ctranslate2 import QUANTIZATIONS
 from tfxformer.serving.export import export_ensemble, export_run_dir, export_saved_model
-from tfxformer.serving.loading import resolve_model_dir
 
 DEFAULTS = DecodingOptions()
 FORMATS = ("saved_model", "ctranslate2")
@@ -54,9 +59,12 @@ def build_parser():
                     "assets.extra/.")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model",
-                       help="trained run dir (config.json, spm.model, checkpoints/), or a "
-                            "SavedModel of this package (version dir or export dir: its "
-                            "variables are re-exported with the current code)")
+                       help="the trained model: a run dir (config.json, spm.model, "
+                            "checkpoints/; averaged first), a preset dir of "
+                            "Transformer.save_to_preset (config.json, model.weights.h5, "
+                            "spm.model), or a SavedModel of one model (version dir or export "
+                            "dir: its variables are re-exported with the current code); with "
+                            "--format ctranslate2, one of one target language")
     which.add_argument("--ensemble", nargs="+", metavar="PATH",
                        help="two or more trained models exported as one ensemble (in place "
                             "of --model): run dirs (averaged checkpoint first), SavedModels "
@@ -162,6 +170,8 @@ def export_ctranslate2(args, options):
                          "ctranslate2 exports one model, computing as --quantization says.")
     from tfxformer.serving.ctranslate2_export import export_ctranslate2 as export_ct2
 
+    resolve(args.model, ONE_MODEL, "scripts/export.py --format ctranslate2 --model",
+            multilingual=False)
     options = {("batch_size" if k == "max_batch_size" else k): v for k, v in options.items()}
     return export_ct2(args.model, args.export_dir, quantization=args.quantization,
                       checkpoint=args.checkpoint, **options)
@@ -198,12 +208,14 @@ def export(args):
                    shortlist_max_pairs=args.shortlist_max_pairs)
     if args.ensemble is not None:
         return export_ensemble(args.ensemble, args.export_dir, **options)
-    kind, path = resolve_model_dir(args.model)
-    if kind == "run_dir":
-        return export_run_dir(path, args.export_dir, checkpoint=args.checkpoint, **options)
+    source = resolve(args.model, ONE_MODEL, "scripts/export.py --model")
+    if source.kind != "saved_model":
+        return export_run_dir(source.path, args.export_dir, checkpoint=args.checkpoint,
+                              **options)
     if args.checkpoint:
-        raise ValueError(f"--checkpoint applies to a run dir; {args.model!r} is a SavedModel.")
-    return export_saved_model(path, args.export_dir, **options)
+        raise ValueError(f"--checkpoint applies to a run dir; {args.model!r} is "
+                         f"{source.what}.")
+    return export_saved_model(source.path, args.export_dir, **options)
 
 
 def main(argv=None):

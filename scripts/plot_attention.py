@@ -4,9 +4,11 @@
     python scripts/plot_attention.py --model runs/base --text "A dog runs." -o attention.png
 
 One row per (kind, layer), one column per head; kinds: encoder self-attention, decoder
-self-attention, encoder-decoder ("cross") attention. Needs a trained run dir (a SavedModel
-does not return attention weights); its checkpoint is the one export and translation
-load (averaged first), or --checkpoint.
+self-attention, encoder-decoder ("cross") attention. --model is a trained run dir (its
+checkpoint the one export and translation load, averaged first, or --checkpoint), a preset
+dir of Transformer.save_to_preset, or a SavedModel of one model (its weights read into a
+Keras model, which returns the attention weights). A multilingual model's --text starts
+with its target tag, e.g. "<2fr> A dog runs.".
 """
 
 from __future__ import annotations
@@ -20,16 +22,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from tfxformer import Transformer  # noqa: E402
 from tfxformer.analysis import KINDS, plot_attention, sentence_attention  # noqa: E402
 from tfxformer.config import DecodingOptions  # noqa: E402
-from tfxformer.pretrained import load_run_dir  # noqa: E402
-from tfxformer.serving import resolve_model_dir  # noqa: E402
+from tfxformer.locate import ONE_MODEL, resolve  # noqa: E402
+from tfxformer.pretrained import load_source  # noqa: E402
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, metavar="DIR",
-                        help="trained run dir (config.json, spm.model, checkpoints/)")
-    parser.add_argument("--checkpoint", help="checkpoint prefix (default: the newest that "
-                        "the state file names, averaged first)")
+                        help="trained run dir (config.json, spm.model, checkpoints/), preset "
+                             "dir of Transformer.save_to_preset, or SavedModel of one model "
+                             "(version or export dir)")
+    parser.add_argument("--checkpoint", help="a run dir's checkpoint prefix (default: the "
+                        "newest that the state file names, averaged first)")
     parser.add_argument("--text", required=True, help="the source sentence to translate")
     parser.add_argument("-o", "--output", default="attention.png",
                         help="PNG file to write (default: %(default)s)")
@@ -42,11 +46,8 @@ def main(argv=None):
                         help="maximum output length = source tokens + N (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
-        kind, path = resolve_model_dir(args.model)
-        if kind != "run_dir":
-            raise ValueError(f"{path!r} is a SavedModel, which does not return attention "
-                             "weights; give the trained run dir it was exported from.")
-        model, _, spm_bytes = load_run_dir(Transformer, path, args.checkpoint)
+        resolve(args.model, ONE_MODEL, "scripts/plot_attention.py --model")
+        model, _, spm_bytes = load_source(Transformer, args.model, args.checkpoint)
         attention = sentence_attention(model, spm_bytes, args.text,
                                        extra_length=args.extra_length)
         plot_attention(attention, args.output, kinds=args.kinds, layers=args.layers)

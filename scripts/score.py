@@ -10,7 +10,9 @@ log-probability log P(target | source) and the length-normalised score, the tota
 divided by the number of target tokens (its SentencePiece pieces plus EOS: the mean
 log-probability per token); with --tokens a third column holds the per-token
 log-probabilities, space-separated. --model is a SavedModel with the `score` signature
-(version dir or export dir) or a trained run dir. Progress and a summary go to stderr.
+(version dir or export dir; an ensemble export too), a trained run dir, or a preset dir of
+Transformer.save_to_preset (a CTranslate2 dir does not score: an error). Progress and a
+summary go to stderr.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def build_parser():
                     "tokens, EOS included).")
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="exported SavedModel with the `score` signature (version dir, or "
-                             "its export dir: highest version), or a trained run dir")
+                             "its export dir: highest version; an ensemble export too), a "
+                             "trained run dir, or a preset dir of Transformer.save_to_preset")
     parser.add_argument("--src", required=True, metavar="FILE",
                         help="source sentences, one per line (UTF-8; invalid bytes are "
                              "read as U+FFFD)")
@@ -58,8 +61,8 @@ def build_parser():
     parser.add_argument("--checkpoint", help="checkpoint prefix of a run dir (default: the "
                         "averaged checkpoint, else the newest)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
-                        help="compute type of a run dir's model; a SavedModel computes as "
-                             "exported (default: %(default)s)")
+                        help="compute type of a run dir's or preset dir's model; a "
+                             "SavedModel computes as exported (default: %(default)s)")
     return parser
 
 
@@ -102,9 +105,12 @@ def main(argv=None):
     if total != targets:
         parser.error(f"--src has {total} lines and --tgt {targets}; they must pair up line "
                      "by line")
+    from tfxformer.locate import resolve
     from tfxformer.serving import load_score_fn
+    from tfxformer.serving.signatures import KINDS
 
     try:
+        resolve(args.model, KINDS, "scripts/score.py --model")
         score = load_score_fn(args.model, batch_size=args.batch_size,
                               precision=args.precision, checkpoint=args.checkpoint,
                               target_language=args.target_language)

@@ -3,9 +3,11 @@
 
     python scripts/translate.py --model saved_models/en_de < input.en > output.de
 
---model is an exported SavedModel (a version dir, or its export dir: the highest version
-is taken), a trained run dir (config.json, spm.model, checkpoints/), or a CTranslate2
-model directory (`scripts/export.py --format ctranslate2`; --compute-type, --threads).
+--model is any trained model of tfxformer: an exported SavedModel (a version dir, or its
+export dir: the highest version is taken; an ensemble export too), a trained run dir
+(config.json, spm.model, checkpoints/; averaged first), a preset dir of
+`Transformer.save_to_preset` (translated as a run dir is), or a CTranslate2 model directory
+(`scripts/export.py --format ctranslate2`; --compute-type, --threads).
 Progress and throughput go to stderr.
 
 With --sampling-topk K each line gets one translation sampled from the model instead of
@@ -40,10 +42,11 @@ def parse_args(argv=None):
         description="Translate lines from stdin to stdout with a tfxformer model. One output "
                     "line per input line, in order; progress and throughput on stderr.")
     parser.add_argument("--model", required=True, metavar="DIR",
-                        help="exported SavedModel version dir, its parent export dir (highest "
-                             "version taken), a trained run dir with checkpoints, or a "
-                             "CTranslate2 model directory of scripts/export.py --format "
-                             "ctranslate2")
+                        help="exported SavedModel version dir or its parent export dir "
+                             "(highest version taken; an ensemble export too), a trained run "
+                             "dir with checkpoints, a preset dir of Transformer.save_to_preset, "
+                             "or a CTranslate2 model directory of scripts/export.py --format "
+                             "ctranslate2 (not with --sampling-topk)")
     from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES, DecodingOptions
 
     defaults = DecodingOptions()

@@ -251,7 +251,8 @@ def test_ensemble_export_round_trip(members, spm_model, ensemble_translator, tmp
     assert [m["source"] for m in config["ensemble"]] == ["run", "member1"]
     assert config["ensemble"][1]["model"] == members[1].model_config.to_dict()
     assert (config["decoding"]["beam_size"], config["max_length"]) == (2, 40)
-    with pytest.raises(ValueError, match="an ensemble export holds 2 models; load a member"):
+    with pytest.raises(ValueError, match=r"is an ensemble export of 2 models \(run, member1\); "
+                                         r"expected a SavedModel export dir of one model"):
         Transformer.from_preset(version)
-    with pytest.raises(ValueError, match="holds 2 models"):
+    with pytest.raises(ValueError, match="ensemble export of 2 models"):
         Transformer.from_preset(base)

@@ -199,20 +199,24 @@ def test_find_checkpoint_takes_the_state_files_averaged_first(tmp_path, caplog, 
     assert "averaged before the newer" in caplog.text and "checkpoints/ckpt-9" in caplog.text
 
 
-def test_resolve_model_dir(tmp_path):
+def test_resolve_model_dir(tmp_path, tiny_config):
     export = tmp_path / "export"
+    config = json.dumps({"model": tiny_config.to_dict(), "src": "en", "tgt": "de"})
     for version in (1, 3, 10):
-        (export / str(version)).mkdir(parents=True)
+        (export / str(version) / "assets").mkdir(parents=True)
         (export / str(version) / "saved_model.pb").touch()
+        (export / str(version) / "assets" / "config.json").write_text(config)
+        (export / str(version) / "assets" / "spm.model").touch()
     (export / "12").mkdir()  # no saved_model.pb: not a version
     assert resolve_model_dir(str(export)) == ("saved_model", str(export / "10"))
     assert resolve_model_dir(str(export / "3")) == ("saved_model", str(export / "3"))
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "config.json").write_text("{}")
+    (tmp_path / "run" / "config.json").write_text(config)
     assert resolve_model_dir(str(tmp_path / "run")) == ("run_dir", str(tmp_path / "run"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         resolve_model_dir(str(tmp_path / "missing"))
-    with pytest.raises(FileNotFoundError, match="not a model dir.*Accepted"):
+    with pytest.raises(ValueError, match="not a model of this package: it holds nothing.*"
+                                         "; expected a SavedModel"):
         resolve_model_dir(str(export / "12"))
 
 
@@ -235,7 +239,7 @@ def test_translate_script_errors_for_bad_model_dirs(run_dir, tmp_path, capsys):
     for name in ("config.json", "spm.model"):
         (no_checkpoint / name).write_bytes(open(os.path.join(run_dir[0], name), "rb").read())
     for model_dir, message in ((tmp_path / "missing", "does not exist"),
-                               (tmp_path / "empty", "is not a model dir"),
+                               (tmp_path / "empty", "is not a model of this package"),
                                (no_checkpoint, "No checkpoint")):
         with pytest.raises(SystemExit) as exit_info:
             main(["--model", str(model_dir)])

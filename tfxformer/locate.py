@@ -1,18 +1,25 @@
-"""Finding a trained model on disk: what a directory holds, read as far as its config.
+"""What is at this path: the one answer, for every tool that takes a trained model.
 
-A trained model of this package is any of:
+A trained model of this package is on disk in one of these forms (:data:`KINDS`):
 
-* a SavedModel export dir (``saved_models/<name>``: integer version subdirs, the highest
-  is taken) or one of its version dirs (``saved_model.pb``, ``assets/config.json``,
-  ``assets/spm.model``), as ``scripts/export.py`` and training's ``--export-dir`` write;
-* a run dir of ``scripts/train_wmt.py`` (``config.json``, ``spm.model``, checkpoints;
-  :mod:`tfxformer.rundir`);
-* a preset dir of ``Transformer.save_to_preset`` (the keras-hub layout: ``config.json``,
-  ``model.weights.h5``, ``spm.model``, ``metadata.json``).
+* ``run_dir``: a run dir of ``scripts/train_wmt.py`` (``config.json``, ``spm.model``,
+  ``checkpoints/``; its averaged checkpoint ``averaged/`` first; :mod:`tfxformer.rundir`);
+* ``saved_model``: a SavedModel export dir (``saved_models/<name>``: integer version
+  subdirs, the highest is taken) or one of its version dirs (``saved_model.pb``,
+  ``assets/config.json``, ``assets/spm.model``), as ``scripts/export.py`` and training's
+  ``--export-dir`` write;
+* ``preset``: a preset dir of ``Transformer.save_to_preset`` (the keras-hub layout:
+  ``config.json``, ``model.weights.h5``, ``spm.model``, ``metadata.json``);
+* ``ensemble``: a SavedModel export of several models (``scripts/export.py --ensemble``);
+* ``ctranslate2``: a CTranslate2 directory (``scripts/export.py --format ctranslate2``:
+  ``model.bin``, ``config.json``, ``spm.model``, ``tfxformer.json``).
 
-This module only reads file names and JSON: it builds nothing, so that everything that
-builds (:mod:`tfxformer.pretrained`, the model and tokenizer classes, serving) sits above
-it.
+A run dir, SavedModel or preset dir of a multilingual model (several target languages) is
+that kind, with :attr:`Source.target_languages`. :func:`resolve` says which form a path
+holds (a :class:`Source`); given the forms a tool takes, it raises a one-line error
+naming the path, what is there and those forms. This module only reads file names and
+JSON: it builds nothing, so that everything that builds (:mod:`tfxformer.pretrained`,
+the model and tokenizer classes, serving) sits above it.
 """
 
 from __future__ import annotations
@@ -25,18 +32,42 @@ from tfxformer import rundir
 from tfxformer.config import PRESETS, ModelConfig
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 
-__all__ = ["KINDS", "Source", "is_model_path", "read_record", "resolve", "resolve_model_dir",
-           "saved_model_versions", "target_languages_of"]
+__all__ = ["FORMS", "KINDS", "Source", "describe_forms", "is_ctranslate2_dir",
+           "is_model_path", "read_ctranslate2_marker", "read_record", "resolve",
+           "resolve_model_dir", "saved_model_versions", "target_languages_of"]
 
 WEIGHTS_FILENAME = "model.weights.h5"
 METADATA_FILENAME = "metadata.json"
 REGISTERED_NAME = "tfxformer>Transformer"
-KINDS = ("preset", "saved_model", "run_dir")
-ACCEPTED = ("a SavedModel export dir of tfxformer (integer version subdirs) or one of its "
-            "version dirs (saved_model.pb, assets/config.json, assets/spm.model), a run dir "
-            f"of scripts/train_wmt.py ({CONFIG_FILENAME}, {SPM_FILENAME}, checkpoints/), or "
-            f"a preset dir of Transformer.save_to_preset ({CONFIG_FILENAME}, "
-            f"{WEIGHTS_FILENAME}, {SPM_FILENAME})")
+# A CTranslate2 directory of this package (tfxformer.serving.ctranslate2): CTranslate2's
+# own two files and our record.
+CT2_FILES = ("model.bin", "config.json")
+CT2_MARKER_FILENAME = "tfxformer.json"
+CT2_FORMAT = "tfxformer-ctranslate2"
+CT2_FORMAT_VERSION = 1
+
+# The forms, in the order messages list them.
+FORMS = {
+    "saved_model": "a SavedModel export dir of one model (integer version subdirs, the "
+                   "highest taken) or one of its version dirs (saved_model.pb, "
+                   "assets/config.json, assets/spm.model)",
+    "run_dir": f"a run dir of scripts/train_wmt.py ({CONFIG_FILENAME}, {SPM_FILENAME}, "
+               "checkpoints/; averaged/ first)",
+    "preset": f"a preset dir of Transformer.save_to_preset ({CONFIG_FILENAME}, "
+              f"{WEIGHTS_FILENAME}, {SPM_FILENAME})",
+    "ensemble": "an ensemble export (scripts/export.py --ensemble)",
+    "ctranslate2": "a CTranslate2 dir (scripts/export.py --format ctranslate2)",
+}
+KINDS = tuple(FORMS)
+# The forms that hold the weights of one Keras model (what builds a Transformer).
+ONE_MODEL = ("saved_model", "run_dir", "preset")
+
+
+def describe_forms(kinds=KINDS, multilingual=True) -> str:
+    """The forms `kinds` as one phrase for a message ("a SavedModel ..., or a run dir ...")."""
+    names = [FORMS[kind] for kind in KINDS if kind in kinds]
+    phrase = names[0] if len(names) == 1 else ", ".join(names[:-1]) + ", or " + names[-1]
+    return phrase + ("" if multilingual else ", of one target language (not multilingual)")
 
 
 def saved_model_versions(export_dir):
@@ -47,26 +78,39 @@ def saved_model_versions(export_dir):
                   and os.path.isfile(os.path.join(export_dir, name, "saved_model.pb")))
 
 
-def resolve_model_dir(path):
-    """Says what `path` is: ("saved_model", version dir) for a SavedModel directory or an
-    export dir (its highest version), or ("run_dir", path) for a trained run dir.
+def is_ctranslate2_dir(path) -> bool:
+    """Whether `path` is a CTranslate2 model directory written by this package
+    (:func:`tfxformer.serving.ctranslate2_export.export_ctranslate2`: model.bin,
+    config.json and tfxformer.json)."""
+    path = os.fspath(path)
+    return all(os.path.isfile(os.path.join(path, name))
+               for name in (*CT2_FILES, CT2_MARKER_FILENAME))
+
+
+def read_ctranslate2_marker(path) -> dict:
+    """The tfxformer.json record of the CTranslate2 directory `path`.
 
     Raises:
-        FileNotFoundError: `path` is none of these, with what was expected.
+        FileNotFoundError: `path` is no CTranslate2 directory.
+        ValueError: a CTranslate2 model not exported by this package, or an unreadable
+            or unknown record.
     """
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"Model dir {path!r} does not exist (or is not a directory).")
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return "saved_model", path
-    versions = saved_model_versions(path)
-    if versions:
-        return "saved_model", os.path.join(path, str(versions[-1]))
-    if os.path.isfile(os.path.join(path, CONFIG_FILENAME)):
-        return "run_dir", path
-    raise FileNotFoundError(
-        f"{path!r} is not a model dir. Accepted: a SavedModel version dir (with "
-        "saved_model.pb), an export dir with integer version subdirs, or a trained run dir "
-        f"(with {CONFIG_FILENAME}, {SPM_FILENAME} and checkpoints/).")
+    path = os.fspath(path)
+    if not all(os.path.isfile(os.path.join(path, name)) for name in CT2_FILES):
+        raise FileNotFoundError(f"{path!r} is not a CTranslate2 model directory (no "
+                                f"{' and '.join(CT2_FILES)}).")
+    marker = os.path.join(path, CT2_MARKER_FILENAME)
+    if not os.path.isfile(marker):
+        raise ValueError(f"{path!r} is a CTranslate2 model, but not one exported by tfxformer "
+                         f"(no {CT2_MARKER_FILENAME}: its vocabulary and decoding limits are "
+                         "unknown); export it with `scripts/export.py --format ctranslate2`.")
+    record = read_json(marker, f"a record of {CT2_FORMAT!r}")
+    if record.get("format") != CT2_FORMAT:
+        raise ValueError(f"{marker} is not a record of {CT2_FORMAT!r}.")
+    if record.get("format_version", 0) > CT2_FORMAT_VERSION:
+        raise ValueError(f"{marker} is format version {record['format_version']}; this "
+                         f"tfxformer reads up to {CT2_FORMAT_VERSION}: upgrade tfxformer.")
+    return record
 
 
 def read_record(kind: str, path: str) -> RunRecord | None:
@@ -80,26 +124,43 @@ def read_record(kind: str, path: str) -> RunRecord | None:
         return RunRecord.from_dict(json.load(f))
 
 
+def resolve_model_dir(path):
+    """(kind, path) of :func:`resolve`: one of :data:`KINDS` and the directory holding the
+    model (a SavedModel's version dir)."""
+    source = resolve(path)
+    return source.kind, source.path
+
+
 def target_languages_of(path) -> tuple[str, ...]:
-    """The target languages of the multilingual model at `path` (a SavedModel version or
-    export dir, or a run dir; read from its config.json), or () for a model of one target.
-    Raises FileNotFoundError as :func:`resolve_model_dir`."""
-    record = read_record(*resolve_model_dir(path))
-    return () if record is None else record.target_languages
+    """The target languages of the multilingual model at `path` (any form,
+    :func:`resolve`), or () for a model of one target. Raises as :func:`resolve`."""
+    return resolve(path).target_languages
 
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """A trained model on disk, read as far as its config: `kind` (one of KINDS), `path`
-    (the directory holding it: a SavedModel's version dir), `model` (its
-    :class:`tfxformer.config.ModelConfig`), `preset` (the preset its run started from, or
-    None) and `spm_path`."""
+    """A trained model on disk, read as far as its records.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        path: the directory holding it (a SavedModel's version dir).
+        model: its :class:`tfxformer.config.ModelConfig` (an ensemble's: its first
+            member's; None for a CTranslate2 dir that records none).
+        preset: the preset its run started from, or None.
+        spm_path: its vocabulary's file (`spm.model`), or None.
+        run_record: its :class:`RunRecord` (a preset dir's: the model and what it
+            records of its run; a CTranslate2 dir's: from tfxformer.json).
+        direction_known: whether the record names the languages (src and tgt): a preset
+            saved from a model built in Keras does not.
+    """
 
     kind: str
     path: str
-    model: ModelConfig
+    model: ModelConfig | None
     preset: str | None
     spm_path: str | None
+    run_record: RunRecord | None = None
+    direction_known: bool = True
 
     @property
     def spm_bytes(self) -> bytes:
@@ -110,17 +171,57 @@ class Source:
         with open(self.spm_path, "rb") as f:
             return f.read()
 
-    def record(self) -> RunRecord:
-        """Its :class:`RunRecord`: a run dir's config.json, a SavedModel's config asset, or
-        a preset dir's model and preset."""
-        if self.kind == "preset":
-            return RunRecord(model=self.model, preset=self.preset)
-        return read_record(self.kind, self.path)
+    def record(self) -> RunRecord | None:
+        """Its :class:`RunRecord`: a run dir's config.json, a SavedModel's config asset, a
+        preset dir's model and what it records of its run."""
+        return self.run_record
+
+    @property
+    def target_languages(self) -> tuple[str, ...]:
+        """A multilingual model's target languages, or () for one of one target."""
+        return () if self.run_record is None else self.run_record.target_languages
+
+    @property
+    def direction(self) -> tuple[str, str] | None:
+        """(src, tgt) as the record names them, or None where it does not."""
+        if not self.direction_known or self.run_record is None:
+            return None
+        return self.run_record.src, self.run_record.tgt
+
+    @property
+    def what(self) -> str:
+        """What it is, for messages: "a multilingual SavedModel (de, fr)", "a run dir"..."""
+        names = {"saved_model": "a SavedModel", "run_dir": "a run dir",
+                 "preset": "a preset dir of Transformer.save_to_preset",
+                 "ensemble": "an ensemble export", "ctranslate2": "a CTranslate2 dir"}
+        what = names[self.kind]
+        if self.kind == "run_dir" and os.path.isdir(os.path.join(self.path, rundir.AVERAGED)):
+            what = "an averaged run dir"
+        if self.kind == "ensemble" and self.run_record is not None:
+            members = [m for m in self.run_record.export.get("ensemble") or ()
+                       if isinstance(m, dict)]
+            what += (f" of {len(members)} models ("
+                     + ", ".join(str(m.get("source")) for m in members) + ")")
+        if self.target_languages:
+            what = (f"a multilingual {what.split(' ', 1)[1]} "
+                    f"({', '.join(self.target_languages)})")
+        return what
 
     @property
     def label(self) -> str:
         """The source for messages: its kind and path."""
         return f"{self.kind.replace('_', ' ')} {self.path!r}"
+
+    def require(self, kinds, tool: str | None = None, given=None,
+                multilingual=True) -> Source:
+        """This source if it is one of `kinds` (and not multilingual unless `multilingual`),
+        else ValueError in one line naming the path (`given`, else its own), what it is
+        and the forms `tool` takes."""
+        if self.kind in kinds and (multilingual or not self.target_languages):
+            return self
+        shown = self.path if given is None else os.fspath(given)
+        raise ValueError(f"{f'{tool}: ' if tool else ''}{shown!r} is {self.what}; expected "
+                         f"{describe_forms(kinds, multilingual)}.")
 
 
 def _listing(path: str) -> str:
@@ -150,6 +251,13 @@ def _model_of(config: dict, path: str, key: str) -> ModelConfig:
     return ModelConfig.from_dict(model)
 
 
+def _names_direction(record: dict) -> bool:
+    """Whether a config.json record names its languages (itself, or under "train")."""
+    train = record.get("train") if isinstance(record.get("train"), dict) else {}
+    return bool((record.get("src") or train.get("src")) and (record.get("tgt")
+                                                            or train.get("tgt")))
+
+
 def is_model_path(name) -> bool:
     """Whether `name` (given to `from_preset`) means a directory rather than a preset: a
     path object, or a string that is no preset name and holds a "/" or exists."""
@@ -159,53 +267,95 @@ def is_model_path(name) -> bool:
         os.sep in name or "/" in name or os.path.exists(name))
 
 
-def resolve(path) -> Source:
-    """Says what the trained model at `path` is, reading its config only.
+def resolve(path, kinds=KINDS, tool: str | None = None, multilingual=True) -> Source:
+    """Says what the trained model at `path` is (:data:`KINDS`), reading its records only.
+
+    Args:
+        path: any form of trained model of this package.
+        kinds: the forms the caller takes; another is a ValueError naming it and them.
+        tool: the caller, as messages name it (e.g. "scripts/translate.py --model").
+        multilingual: whether the caller takes a multilingual model.
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        ValueError: `path` is not a model of this package (the message lists its files).
+        ValueError: `path` is no model of this package (the message lists its files), or
+            a form the caller does not take. Every message is one line naming the path,
+            what is there and the forms the caller takes.
     """
     path = os.fspath(path)
+    prefix = f"{tool}: " if tool else ""
+    expected = describe_forms(kinds, multilingual)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path!r} does not exist; expected {ACCEPTED}.")
+        raise FileNotFoundError(f"{prefix}{path!r} does not exist; expected {expected}.")
     if not os.path.isdir(path):
-        raise ValueError(f"{path!r} is a file, not a model directory; expected {ACCEPTED}.")
-    config_path = os.path.join(path, CONFIG_FILENAME)
-    if os.path.isfile(os.path.join(path, WEIGHTS_FILENAME)) and os.path.isfile(config_path):
-        config = read_json(config_path, "the config.json of Transformer.save_to_preset")
-        if config.get("registered_name") != REGISTERED_NAME:
-            raise ValueError(f"{config_path} describes {config.get('registered_name')!r}, "
-                             f"not {REGISTERED_NAME!r}: not a preset of this package.")
-        return Source("preset", path, _model_of(config, config_path, "config"),
-                      config.get("preset"), os.path.join(path, SPM_FILENAME))
+        raise ValueError(f"{prefix}{path!r} is a file, not a model directory; expected "
+                         f"{expected}.")
     try:
-        kind, resolved = resolve_model_dir(path)
-    except FileNotFoundError:
-        raise ValueError(f"{path!r} is not a model of this package: it holds "
-                         f"{_listing(path)}; expected {ACCEPTED}.") from None
-    if kind == "run_dir":
-        record = rundir.read_config(resolved)
-        return Source(kind, resolved, _model_of(record, resolved, "model"),
-                      record.get("preset"), os.path.join(resolved, SPM_FILENAME))
-    assets = os.path.join(resolved, "assets")
+        source = _read(path)
+    except (ValueError, FileNotFoundError) as error:
+        raise type(error)(f"{prefix}{error} Expected {expected}.") from None
+    if source is None:
+        raise ValueError(f"{prefix}{path!r} is not a model of this package: it holds "
+                         f"{_listing(path)}; expected {expected}.")
+    return source.require(kinds, tool, path, multilingual)
+
+
+def _read(path: str) -> Source | None:
+    """The Source at directory `path`, or None for a directory of none of the forms."""
+    config_path = os.path.join(path, CONFIG_FILENAME)
+    if os.path.isfile(os.path.join(path, CT2_FILES[0])):
+        return _ctranslate2(path)
+    if os.path.isfile(os.path.join(path, WEIGHTS_FILENAME)) and os.path.isfile(config_path):
+        return _preset(path, config_path)
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return _saved_model(path)
+    versions = saved_model_versions(path)
+    if versions:
+        return _saved_model(os.path.join(path, str(versions[-1])))
+    if os.path.isfile(config_path):
+        record = rundir.read_config(path)
+        return Source("run_dir", path, _model_of(record, config_path, "model"),
+                      record.get("preset"), os.path.join(path, SPM_FILENAME),
+                      RunRecord.from_dict(record), _names_direction(record))
+    return None
+
+
+def _ctranslate2(path: str) -> Source:
+    marker = read_ctranslate2_marker(path)
+    model = marker.get("model")
+    model = ModelConfig.from_dict(model) if isinstance(model, dict) else None
+    record = None if model is None else RunRecord(
+        model=model, src=marker.get("src") or "en", tgt=marker.get("tgt") or "de",
+        preset=marker.get("preset"), vocabulary_sha256=marker.get("vocabulary_sha256"))
+    return Source("ctranslate2", path, model, marker.get("preset"),
+                  os.path.join(path, SPM_FILENAME), record, _names_direction(marker))
+
+
+def _preset(path: str, config_path: str) -> Source:
+    """A preset dir: its config.json names the class, the model, the preset, and (since
+    save_to_preset records them) what it knows of the run: src, tgt, max_length and a
+    multilingual model's target languages ("record")."""
+    config = read_json(config_path, "the config.json of Transformer.save_to_preset")
+    if config.get("registered_name") != REGISTERED_NAME:
+        raise ValueError(f"{config_path} describes {config.get('registered_name')!r}, "
+                         f"not {REGISTERED_NAME!r}: not a preset of this package.")
+    model = _model_of(config, config_path, "config")
+    known = config.get("record") if isinstance(config.get("record"), dict) else {}
+    record = RunRecord.from_dict({**known, "model": model.to_dict(),
+                                  "preset": config.get("preset")})
+    return Source("preset", path, model, config.get("preset"),
+                  os.path.join(path, SPM_FILENAME), record, _names_direction(known))
+
+
+def _saved_model(version_dir: str) -> Source:
+    assets = os.path.join(version_dir, "assets")
     wanted = [os.path.join(assets, name) for name in (CONFIG_FILENAME, SPM_FILENAME)]
     if not all(os.path.isfile(p) for p in wanted):
         found = _listing(assets) if os.path.isdir(assets) else "no assets/ at all"
-        raise ValueError(f"SavedModel {resolved!r} is not an export of this package: its "
+        raise ValueError(f"SavedModel {version_dir!r} is not an export of this package: its "
                          f"assets/ holds {found}, not {CONFIG_FILENAME} and {SPM_FILENAME}.")
     config = read_json(wanted[0], "the config.json asset of a tfxformer export")
-    _check_single(config, resolved)
-    return Source(kind, resolved, _model_of(config, wanted[0], "model"), config.get("preset"),
-                  wanted[1])
-
-
-def _check_single(config: dict, path: str) -> None:
-    """Raises ValueError for the config.json asset of an ensemble export: it holds several
-    models (:func:`tfxformer.serving.export.export_ensemble`), none of which loads alone."""
-    members = config.get("ensemble")
-    if not members:
-        return
-    sources = ", ".join(str(m.get("source")) for m in members if isinstance(m, dict))
-    raise ValueError(f"SavedModel {path!r}: an ensemble export holds {len(members)} models; "
-                     f"load a member's own export or run dir (its members: {sources}).")
+    kind = "ensemble" if config.get("ensemble") else "saved_model"
+    return Source(kind, version_dir, _model_of(config, wanted[0], "model"),
+                  config.get("preset"), wanted[1], RunRecord.from_dict(config),
+                  _names_direction(config))

@@ -69,16 +69,19 @@ import tensorflow as tf
 from tfxformer import rundir
 from tfxformer.config import PRECISION_POLICIES, PRESETS, ModelConfig, get_preset
 from tfxformer.locate import (
+    KINDS,
     METADATA_FILENAME,
+    ONE_MODEL,
     REGISTERED_NAME,
     WEIGHTS_FILENAME,
     Source,
     resolve,
 )
+from tfxformer.multilingual import parse_languages as multilingual_parse
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 from tfxformer.sentencepiece_ops import load_sentencepiece_ops
 
-__all__ = ["build", "load_model", "load_run_dir", "load_saved_model_weights",
+__all__ = ["build", "load_model", "load_run_dir", "load_saved_model_weights", "load_source",
            "load_tokenizer", "save_preset"]
 
 log = logging.getLogger("tfxformer")
@@ -154,8 +157,7 @@ def load_run_dir(cls, path: str, checkpoint: str | None = None, precision: str =
     """
     if precision not in PRECISION_POLICIES:
         raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"Run dir {path!r} does not exist.")
+    resolve(path, ("run_dir",), "load_run_dir")
     record = RunRecord.from_dict(rundir.read_config(path))
     spm_bytes = rundir.read_spm_bytes(path)
     checkpoint = checkpoint or rundir.find_checkpoint(path)
@@ -181,7 +183,7 @@ def load_saved_model_weights(cls, version_dir, precision="fp32"):
         ValueError: not an export of this package, or its variables do not fit the
             config's model (:func:`assign_weights`).
     """
-    source = resolve(version_dir)
+    source = resolve(version_dir, ("saved_model",), "load_saved_model_weights")
     record = source.record()
     load_sentencepiece_ops()  # the translator's graph holds the SentencePiece ops
     saved = tf.saved_model.load(source.path)
@@ -204,19 +206,46 @@ def _weights_file(source: Source) -> str:
     return os.path.join(source.path, WEIGHTS_FILENAME)
 
 
-def _load(cls, source: Source):
-    """The source's model, a `cls` at float32, with its weights."""
+def _load(cls, source: Source, precision=None, checkpoint=None):
+    """The source's model, a `cls` with its weights, computing in `precision` (None: the
+    Keras global policy; a SavedModel's and a run dir's: "fp32")."""
     if source.kind == "saved_model":
-        return load_saved_model_weights(cls, source.path)[0]
+        return load_saved_model_weights(cls, source.path, precision or "fp32")[0]
     if source.kind == "run_dir":
-        return load_run_dir(cls, source.path, _weights_file(source))[0]
-    model = build(cls, source.model, precision=None)
+        return load_run_dir(cls, source.path, checkpoint or _weights_file(source),
+                            precision or "fp32")[0]
+    model = build(cls, source.model, precision=precision)
     try:
         model.load_weights(_weights_file(source))
     except (ValueError, OSError) as error:
         raise ValueError(f"{_weights_file(source)} does not fit the model of its "
                          f"{CONFIG_FILENAME}: {str(error)[:400]}") from None
     return model
+
+
+def load_source(cls, path, checkpoint=None, precision="fp32", tool=None):
+    """`(model, record, spm_bytes)` of the one trained model at `path` (a run dir, a
+    SavedModel or a preset dir; :func:`tfxformer.locate.resolve`): a `cls` (e.g.
+    :class:`tfxformer.Transformer`) computing in `precision` with its weights, its
+    :class:`tfxformer.rundir.RunRecord` and its vocabulary. What translation, scoring
+    and export build their translator from; `checkpoint`: a run dir's (default: its
+    averaged one first).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`tfxformer.locate.resolve` (`tool` names
+            the caller in its message), or a `checkpoint` for another form.
+    """
+    source = resolve(path, ONE_MODEL, tool)
+    if checkpoint is not None and source.kind != "run_dir":
+        raise ValueError(f"`checkpoint` applies to a run dir; {os.fspath(path)!r} is "
+                         f"{source.what}.")
+    if source.kind == "run_dir":
+        return load_run_dir(cls, source.path, checkpoint, precision)
+    if precision not in PRECISION_POLICIES:
+        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
+    if source.kind == "saved_model":
+        return load_saved_model_weights(cls, source.path, precision)
+    return _load(cls, source, precision), source.record(), source.spm_bytes
 
 
 def load_model(cls, path, vocab_size=None, **overrides):
@@ -230,7 +259,7 @@ def load_model(cls, path, vocab_size=None, **overrides):
         ValueError: not a model of this package, a `vocab_size` other than the model's, or
             overrides under which a weight no longer fits (named with both shapes).
     """
-    source = resolve(path)
+    source = resolve(path, ONE_MODEL, f"{cls.__name__}.from_preset")
     if vocab_size is not None and int(vocab_size) != source.model.vocab_size:
         raise ValueError(f"vocab_size={vocab_size} given, but the model at {path!r} has a "
                          f"vocabulary of {source.model.vocab_size}.")
@@ -244,13 +273,34 @@ def load_model(cls, path, vocab_size=None, **overrides):
         model = target
     model.preset_vocabulary = source.spm_bytes if os.path.isfile(source.spm_path or "") \
         else None
+    model.preset_record, model.preset_name = _known_record(source), source.preset
     return model
+
+
+# What a preset dir's config.json keeps of the run a model came from ("record").
+_PRESET_RECORD_KEYS = ("src", "tgt", "max_length")
+_PRESET_TRAIN_KEYS = ("target_languages", "reverse_target")
+
+
+def _known_record(source: Source) -> dict | None:
+    """What `source` records of its run that a preset dir keeps: src, tgt, max_length and
+    the training settings that change how the model is read (a multilingual model's
+    target languages, a right-to-left model's `reverse_target`); None where it names no
+    languages."""
+    if source.direction is None:
+        return None
+    record = source.record().to_dict()
+    known = {k: record[k] for k in _PRESET_RECORD_KEYS if record.get(k) is not None}
+    train = {k: v for k, v in (record.get("train") or {}).items()
+             if k in _PRESET_TRAIN_KEYS and v}
+    return {**known, "train": train} if train else known
 
 
 def load_tokenizer(cls, path):
     """The `cls` (e.g. :class:`tfxformer.data.Tokenizer`, built from `spm.model` bytes) of
-    the vocabulary the trained model at `path` was trained with."""
-    return cls(resolve(path).spm_bytes)
+    the vocabulary the trained model at `path` (any form of
+    :func:`tfxformer.locate.resolve`) was trained with."""
+    return cls(resolve(path, KINDS, f"{cls.__name__}.from_preset").spm_bytes)
 
 
 def _vocabulary_bytes(model, tokenizer) -> bytes | None:
@@ -279,17 +329,29 @@ def _piece_count(spm_bytes: bytes) -> int:
     return processor.GetPieceSize()
 
 
-def save_preset(model, directory, tokenizer=None) -> str:
+def save_preset(model, directory, tokenizer=None, src=None, tgt=None) -> str:
     """Writes `model` as a preset dir that :func:`load_model` reads back; returns it.
 
     `tokenizer`: a :class:`tfxformer.data.Tokenizer`, `spm.model` bytes or a path
-    (default: the vocabulary the model was loaded with, if any).
+    (default: the vocabulary the model was loaded with, if any). `src`, `tgt`: the
+    languages it translates between (default: those of the model it was loaded from, if
+    that names them), recorded in config.json ("record", with the training length filter
+    and a multilingual model's target languages) for the tools that read the preset dir
+    (`scripts/train_wmt.py --init-from` takes its direction from there).
 
     Raises:
-        ValueError: the vocabulary's size is not the model's, or `directory` holds another
-            kind of model.
+        ValueError: the vocabulary's size is not the model's, `directory` holds another
+            kind of model, or only one of `src` and `tgt` is known.
     """
     directory = os.fspath(directory)
+    record = dict(getattr(model, "preset_record", None) or {})
+    if src is not None or tgt is not None:
+        if src is None or tgt is None:
+            raise ValueError(f"Give both `src` and `tgt` (got src={src!r}, tgt={tgt!r}).")
+        if (record.get("src"), record.get("tgt")) != (src, tgt):
+            # another direction: the recorded length filter and target languages are not its
+            record = {"src": src, "tgt": tgt, "train": {
+                k: v for k, v in record.get("train", {}).items() if k != "target_languages"}}
     spm_bytes = _vocabulary_bytes(model, tokenizer)
     vocab_size = model.model_config.vocab_size
     if spm_bytes is not None and _piece_count(spm_bytes) != vocab_size:
@@ -305,7 +367,9 @@ def save_preset(model, directory, tokenizer=None) -> str:
     model.save_weights(os.path.join(directory, WEIGHTS_FILENAME), overwrite=True)
     config = {"module": type(model).__module__, "class_name": type(model).__name__,
               "registered_name": REGISTERED_NAME, "config": model.model_config.to_dict(),
-              "preset": None}
+              "preset": getattr(model, "preset_name", None)}
+    if record:
+        config["record"] = record
     metadata = {"tfxformer_version": _version(), "parameter_count": model.count_params(),
                 "vocabulary_sha256": spm_bytes and hashlib.sha256(spm_bytes).hexdigest(),
                 "date_saved": datetime.datetime.now(datetime.UTC).isoformat()}
@@ -335,9 +399,11 @@ def _given(config, name: str) -> bool:
 def check_fine_tune(config) -> None:
     """Raises ValueError for a model setting of `config` that conflicts with the model of
     `config.init_from` (naming both values), FileNotFoundError / ValueError for a path
-    that is no trained model of this package."""
-    source = resolve(config.init_from)
+    that is no trained model of this package; the direction rule is
+    :func:`fine_tune_direction`'s."""
+    source = _init_source(config)
     model, where = source.model, f"the model of `init_from` {config.init_from!r}"
+    fine_tune_direction(config, source)
     conflicts = []
     if _given(config, "vocab_size") and config.vocab_size != model.vocab_size:
         conflicts.append(f"`vocab_size` {config.vocab_size} given, {model.vocab_size} in "
@@ -371,27 +437,66 @@ def fine_tune_config(config):
     if not config.init_from:
         return config
     check_fine_tune(config)
-    source = resolve(config.init_from)
+    source = _init_source(config)
     preset = source.preset if source.preset in PRESETS else config.preset
     return dataclasses.replace(config, vocab_size=source.model.vocab_size, preset=preset,
-                               max_positions=source.model.max_positions)
+                               max_positions=source.model.max_positions,
+                               **fine_tune_direction(config, source))
+
+
+def _init_source(config) -> Source:
+    """The Source of `config.init_from`: one model's run dir, SavedModel or preset dir."""
+    return resolve(config.init_from, ONE_MODEL, "`init_from`")
+
+
+def fine_tune_direction(config, source: Source) -> dict:
+    """{"src", "tgt", "target_languages"} of a run from `source` (`config.init_from`):
+    those the source's record names, for each that `config` leaves unset (None).
+
+    Raises:
+        ValueError: a `src`, `tgt` or `target_languages` given that differs from the
+            source's (naming both) without `change_direction`; a source that names no
+            languages (a preset dir saved from a model built in Keras) without both `src`
+            and `tgt`; `change_direction` without both.
+    """
+    given = {"src": config.src, "tgt": config.tgt, "target_languages": config.target_languages}
+    if source.direction is None or config.change_direction:
+        missing = [f"`{k}`" for k in ("src", "tgt") if given[k] is None]
+        if missing:
+            why = ("`change_direction` trains another direction than the source's" if
+                   source.direction is not None else f"the {source.what} {config.init_from!r}"
+                   " records no languages (save it with `model.save_to_preset(dir, src=..., "
+                   "tgt=...)` to record them)")
+            raise ValueError(f"Give {' and '.join(missing)}: {why}.")
+        return {}
+    recorded = {"src": source.direction[0], "tgt": source.direction[1],
+                "target_languages": ",".join(source.target_languages) or None}
+    same = {"src": str.__eq__, "tgt": str.__eq__, "target_languages": lambda a, b: (
+        multilingual_parse(a) == multilingual_parse(b))}
+    differ = [f"`{k}` {given[k]!r} given (the source's: {recorded[k]!r})" for k in recorded
+              if given[k] is not None and not same[k](given[k], recorded[k])]
+    if differ:
+        raise ValueError(f"{'; '.join(differ)}. The source, `init_from` {config.init_from!r}, "
+                         f"is {source.what}: leave them out to train its direction, or set "
+                         "`change_direction` to train another on purpose.")
+    return {k: v for k, v in recorded.items() if given[k] is None}
 
 
 def fine_tune_model_config(config) -> ModelConfig:
     """The model of a run from `config.init_from`: the source's, with the dropout settings
     given (`dropout`, `attention_dropout`, `activation_dropout`)."""
-    return resolve(config.init_from).model.replace(**config.dropouts())
+    return _init_source(config).model.replace(**config.dropouts())
 
 
 def fine_tune_vocabulary(config) -> bytes:
     """The `spm.model` bytes of `config.init_from`."""
-    return resolve(config.init_from).spm_bytes
+    return _init_source(config).spm_bytes
 
 
 def load_initial_weights(model, config) -> None:
     """Assigns the weights of `config.init_from` to the built training `model` (read into
     a model of the same class)."""
-    source = resolve(config.init_from)
+    source = _init_source(config)
     assign_weights(model, {weight_key(w.path): w for w in _load(type(model), source).weights},
                    source.label)
 
@@ -403,7 +508,7 @@ def init_record(config, spm_bytes: bytes) -> dict:
     Raises:
         ValueError: `spm_bytes`, the run's vocabulary, is not the source's.
     """
-    source = resolve(config.init_from)
+    source = _init_source(config)
     digest = hashlib.sha256(source.spm_bytes).hexdigest()
     if hashlib.sha256(spm_bytes).hexdigest() != digest:
         raise ValueError(f"The run dir's {SPM_FILENAME} is not the vocabulary of `init_from` "

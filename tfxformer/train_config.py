@@ -46,10 +46,12 @@ class TrainConfig:
                          "e.g. tfds:wmt14_translate/fr-en, tfds:ted_hrlr_translate/pt_to_en) "
                          "or a folder with train.SRC/train.TGT and val.SRC/val.TGT text files "
                          "(.gz accepted)")
-    src: str = _setting("en", "source language code (file suffix; for tensorflow-datasets, "
-                        "one of the dataset's languages)")
-    tgt: str = _setting("de", "target language code (file suffix; for tensorflow-datasets, "
-                        "one of the dataset's languages)")
+    src: str | None = _setting(
+        None, "source language code (file suffix; for tensorflow-datasets, one of the "
+              "dataset's languages) (default: en; with `init_from`, the source model's)")
+    tgt: str | None = _setting(
+        None, "target language code (file suffix; for tensorflow-datasets, one of the "
+              "dataset's languages) (default: de; with `init_from`, the source model's)")
     preset: str = _setting("base", "model preset (base and big are the paper's Table 3)",
                            choices=tuple(PRESETS))
     vocab_size: int = _setting(ModelConfig().vocab_size, "shared SentencePiece BPE "
@@ -149,7 +151,15 @@ class TrainConfig:
               "(its averaged checkpoint first) or a preset dir. Its model settings, "
               "vocabulary and weights are taken (a different `preset`, `vocab_size` or "
               "`max_positions` is an error; the dropout settings may be set); optimizer and "
-              "schedule start fresh. See tfxformer.pretrained")
+              "schedule start fresh. The direction (`src`, `tgt`, `target_languages`) is "
+              "the source's too: one given that differs is an error unless "
+              "`change_direction`; a preset dir that records no languages needs `src` and "
+              "`tgt`. See tfxformer.pretrained")
+    change_direction: bool = _setting(
+        False, "with `init_from`: train the direction `src` -> `tgt` (both required) although "
+               "the source model translates another, e.g. a DE->EN start for an EN->DE "
+               "run; without it, a `src`, `tgt` or `target_languages` that differs from the "
+               "source model's is an error")
     tfds_data_dir: str | None = _setting(None, "tensorflow-datasets data directory for "
                                          "`data` wmt14 or tfds:NAME")
     tfds_manual_dir: str | None = _setting(None, "tensorflow-datasets manual download "
@@ -161,6 +171,13 @@ class TrainConfig:
         None, "tensorflow-datasets split (or split expression, e.g. 'train[:2000]') to "
               "validate on (default: the split named validation, valid, val, dev or "
               "development, else the one whose name starts with valid or dev)")
+
+    def __post_init__(self):
+        """`src` and `tgt` left unset (None) are en and de, except with `init_from`: the
+        source model's then (:func:`tfxformer.pretrained.fine_tune_config`)."""
+        if self.init_from is None:
+            self.src = "en" if self.src is None else self.src
+            self.tgt = "de" if self.tgt is None else self.tgt
 
     def validate(self):
         """Raises ValueError naming the setting (in backticks) and what is accepted."""
@@ -184,6 +201,9 @@ class TrainConfig:
                              "position table.")
 
         self.languages()
+        if self.change_direction and self.init_from is None:
+            raise ValueError("`change_direction` applies to a run from `init_from`; without "
+                             "it, `src` and `tgt` are the direction trained.")
         if self.init_from is not None:
             from tfxformer.pretrained import check_fine_tune
 

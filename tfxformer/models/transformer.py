@@ -81,11 +81,14 @@ class Transformer(keras.Model):
             raise ValueError(f"Preset {name!r} needs a `vocab_size`.")
         return cls(get_preset(name, vocab_size=vocab_size, **overrides))
 
-    def save_to_preset(self, preset_dir, tokenizer=None):
+    def save_to_preset(self, preset_dir, tokenizer=None, src=None, tgt=None):
         """Writes config.json, model.weights.h5, metadata.json and (with the vocabulary
         the model was loaded with, or `tokenizer`) spm.model into `preset_dir`, which
-        :meth:`from_preset` and ``Tokenizer.from_preset`` read back; returns `preset_dir`."""
-        return pretrained.save_preset(self, preset_dir, tokenizer)
+        :meth:`from_preset`, ``Tokenizer.from_preset`` and every script's ``--model``
+        read back; returns `preset_dir`. `src`, `tgt`: the languages it translates
+        between (default: those of the model it was loaded from), recorded for
+        ``--init-from`` and exports."""
+        return pretrained.save_preset(self, preset_dir, tokenizer, src, tgt)
 
     def build(self, input_shape=None):
         vectors = (None, None, self.model_config.d_model)

@@ -35,7 +35,6 @@ search. Agreement with the SavedModel is tested on 200 Multi30k val sentences
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 
@@ -44,6 +43,14 @@ import sentencepiece
 from tfxformer import checks
 from tfxformer.config import DecodingOptions
 from tfxformer.ids import SPM_FILENAME
+from tfxformer.locate import (  # noqa: F401 (the format's names, re-exported from here)
+    CT2_FORMAT as FORMAT,
+)
+from tfxformer.locate import (  # noqa: F401
+    CT2_FORMAT_VERSION as FORMAT_VERSION,
+)
+from tfxformer.locate import CT2_MARKER_FILENAME as MARKER_FILENAME
+from tfxformer.locate import is_ctranslate2_dir, read_ctranslate2_marker, resolve
 from tfxformer.serving.loading import load_translate_fn as load_saved_model_translate_fn
 from tfxformer.serving.nbest import Hypothesis
 from tfxformer.serving.nbest import load_nbest_fn as load_saved_model_nbest_fn
@@ -52,9 +59,6 @@ __all__ = ["MARKER_FILENAME", "QUANTIZATIONS", "Ct2NBestFn", "Ct2TranslateFn",
            "ct2_length_penalty", "is_ctranslate2_dir", "load_ct2_translate_fn",
            "load_nbest_fn", "load_translate_fn", "read_marker"]
 
-MARKER_FILENAME = "tfxformer.json"
-FORMAT = "tfxformer-ctranslate2"
-FORMAT_VERSION = 1
 INSTALL = 'pip install -e ".[ctranslate2]"'
 # Converter.convert's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES),
 # listed here so that --help and argument checks work without CTranslate2.
@@ -70,7 +74,6 @@ CHARS_PER_TOKEN = 64
 # "gnmt" sources are batched by length class, lengths within a factor of this: the β of
 # each class (ct2_length_penalty at r^class) is within 3.2 % of each of its lengths' own.
 LENGTH_CLASS_RATIO = 1.25
-_CT2_FILES = ("model.bin", "config.json")
 
 
 def import_ctranslate2():
@@ -83,43 +86,16 @@ def import_ctranslate2():
     return ctranslate2
 
 
-def is_ctranslate2_dir(path) -> bool:
-    """Whether `path` is a CTranslate2 model directory written by
-    :func:`tfxformer.serving.ctranslate2_export.export_ctranslate2` (model.bin,
-    config.json and tfxformer.json)."""
-    path = os.fspath(path)
-    return all(os.path.isfile(os.path.join(path, name))
-               for name in (*_CT2_FILES, MARKER_FILENAME))
-
-
 def read_marker(path) -> dict:
-    """The tfxformer.json record of the CTranslate2 directory `path`.
+    """The tfxformer.json record of the CTranslate2 directory `path`
+    (:func:`tfxformer.locate.read_ctranslate2_marker`).
 
     Raises:
         FileNotFoundError: `path` is no CTranslate2 directory.
         ValueError: a CTranslate2 model not exported by this package, or an unreadable
             or unknown record.
     """
-    path = os.fspath(path)
-    if not all(os.path.isfile(os.path.join(path, name)) for name in _CT2_FILES):
-        raise FileNotFoundError(f"{path!r} is not a CTranslate2 model directory (no "
-                                f"{' and '.join(_CT2_FILES)}).")
-    marker = os.path.join(path, MARKER_FILENAME)
-    if not os.path.isfile(marker):
-        raise ValueError(f"{path!r} is a CTranslate2 model, but not one exported by tfxformer "
-                         f"(no {MARKER_FILENAME}: its vocabulary and decoding limits are "
-                         "unknown); export it with `scripts/export.py --format ctranslate2`.")
-    try:
-        with open(marker, encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"Cannot read {marker} ({error}).") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise ValueError(f"{marker} is not a record of {FORMAT!r}.")
-    if record.get("format_version", 0) > FORMAT_VERSION:
-        raise ValueError(f"{marker} is format version {record['format_version']}; this "
-                         f"tfxformer reads up to {FORMAT_VERSION}: upgrade tfxformer.")
-    return record
+    return read_ctranslate2_marker(path)
 
 
 def ct2_length_penalty(alpha: float, length: int) -> float:
@@ -323,10 +299,11 @@ def load_ct2_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
 
 def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None, batch_size=None,
                       compute_type=None, threads=None, **saved_model_options):
-    """A translate function for any model on disk: :func:`load_ct2_translate_fn` for a
-    CTranslate2 directory of this package, else
-    :func:`tfxformer.serving.load_translate_fn` (SavedModel, export dir, run dir), which
-    takes `saved_model_options` (precision, checkpoint, target_language).
+    """A translate function for any model on disk (every form of
+    :func:`tfxformer.locate.resolve`): :func:`load_ct2_translate_fn` for a CTranslate2
+    directory of this package, else :func:`tfxformer.serving.load_translate_fn` (run dir,
+    SavedModel, preset dir, ensemble export), which takes `saved_model_options`
+    (precision, checkpoint, target_language).
 
     Raises:
         ValueError: an option that does not apply to that kind of model, and as the
@@ -335,7 +312,7 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None, batch
     path = os.fspath(path)
     given = {k: v for k, v in saved_model_options.items()
              if v is not None and not (k == "precision" and v == "fp32")}
-    if is_ctranslate2_dir(path) or os.path.isfile(os.path.join(path, _CT2_FILES[0])):
+    if resolve(path, tool="load_translate_fn").kind == "ctranslate2":
         if given:
             raise ValueError(f"{sorted(given)} apply to SavedModels and run dirs; {path!r} "
                              "is a CTranslate2 model (its options: compute_type, threads).")

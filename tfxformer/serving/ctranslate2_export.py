@@ -168,7 +168,7 @@ def save_spec(spec, directory: str, quantization: str | None = None) -> str:
 def _loaded(path, checkpoint=None):
     """(model config, {weight key: array}, RunRecord, spm bytes, source) of the trained
     model at `path` (SavedModel, run dir or preset dir; :func:`tfxformer.locate.resolve`)."""
-    source = locate.resolve(path)
+    source = locate.resolve(path, locate.ONE_MODEL, "export_ctranslate2")
     record = source.record()
     check_convertible(record.model, record.target_languages, bool(record.export.get(
         "ensemble")))

@@ -293,16 +293,17 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
                    max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
                    shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
                    stopping=None, length_normalization=None):
-    """Loads a trained run dir (:func:`tfxformer.pretrained.load_run_dir`) and exports its
-    translator (`precision` "bf16": computes in bfloat16, float32 weights). The input and
+    """Loads a trained run dir (:func:`tfxformer.pretrained.load_run_dir`) or a preset dir
+    of `Transformer.save_to_preset` (:func:`tfxformer.pretrained.load_source`) and exports
+    its translator (`precision` "bf16": computes in bfloat16, float32 weights). The input and
     output limits default to the run's training `max_length` (:func:`_make_translator`), else
     256 tokens each; both are capped by the model's positions. `shortlist` (K, N): a
     vocabulary shortlist built from the run's training data (or `shortlist_data`, its
     first `shortlist_max_pairs` pairs), :func:`shortlist_from_data`; default off.
     `stopping` / `length_normalization`: beam search's rules (None: DecodingOptions'),
     fixed in the graph and recorded in config.json."""
-    model, record, spm_bytes = pretrained.load_run_dir(Transformer, model_dir, checkpoint,
-                                                       precision=precision)
+    model, record, spm_bytes = pretrained.load_source(Transformer, model_dir, checkpoint,
+                                                      precision, "export_run_dir")
     table = _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
     translator = _make_translator(model, record, spm_bytes, beam_size, alpha, extra_length,
@@ -401,7 +402,7 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
         raise ValueError(f"An ensemble needs at least 2 models, got {len(paths)}: {paths}.")
     if precision not in PRECISION_POLICIES:
         raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
-    sources = [locate.resolve(p) for p in paths]
+    sources = [locate.resolve(p, locate.ONE_MODEL, "an ensemble member") for p in paths]
     spm_bytes = _check_vocabularies(paths, sources)
     directions = [source.record().reverse_target for source in sources]
     if len(set(directions)) > 1:

@@ -1,10 +1,12 @@
-"""One way from a model on disk to a translate function: SavedModel, export dir or run dir.
+"""One way from a model on disk to a translate function: SavedModel (one model's, an
+ensemble's), export dir, run dir or preset dir.
 
 An export dir holds SavedModels in integer version subdirectories
 `<export-dir>/<version>/saved_model.pb`, as TF Serving expects; a run dir is what training
-writes (:mod:`tfxformer.rundir`). :func:`load_translate_fn` takes either and returns a
-function `list[str] -> list[str]`; :func:`make_translate_fn` gives the same for a model in
-memory (validation during training).
+writes (:mod:`tfxformer.rundir`); a preset dir what `Transformer.save_to_preset` writes.
+:func:`load_translate_fn` takes any of them (:func:`tfxformer.locate.resolve` says which)
+and returns a function `list[str] -> list[str]`; :func:`make_translate_fn` gives the same
+for a model in memory (validation during training).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import tensorflow as tf
 from tfxformer import checks, pretrained
 from tfxformer.config import DecodingOptions
 from tfxformer.locate import (  # noqa: F401 (re-exported by tfxformer.serving)
+    resolve,
     resolve_model_dir,
     saved_model_versions,
     target_languages_of,
@@ -27,13 +30,16 @@ from tfxformer.serving.batching import translate_in_length_order
 from tfxformer.serving.translator import make_translator
 
 _DEFAULTS = DecodingOptions()
+# The forms load_translate_fn takes (tfxformer.locate.KINDS).
+KINDS = ("saved_model", "run_dir", "preset", "ensemble")
 
 
 class TranslateFn:
     """`translate(lines) -> list[str]`: one translation per line (str or UTF-8 bytes), in
     order. Lines are sorted by length and translated `batch_size` at a time.
 
-    Attributes: `path` (what was loaded), `kind` ("saved_model", "run_dir" or "model"),
+    Attributes: `path` (what was loaded), `kind` ("saved_model", "ensemble", "run_dir",
+    "preset" or "model"),
     `options` (the beam_size, alpha and extra_length it decodes with).
     """
 
@@ -62,11 +68,12 @@ class TranslateFn:
 def make_translate_fn(model, spm_bytes: bytes, beam_size=None, alpha=None,
                       extra_length=None, batch_size=_DEFAULTS.batch_size, path=None,
                       target_languages=(), target_language=None, stopping=None,
-                      length_normalization=None, reverse_target=False):
+                      length_normalization=None, reverse_target=False, kind=None):
     """A :class:`TranslateFn` over a Transformer in memory and its vocabulary `spm_bytes`,
     translating with the exported graph (:class:`tfxformer.serving.Translator`); a
     multilingual model's (`target_languages`) into `target_language`; a right-to-left
-    model's (`reverse_target`) pieces put back in reading order."""
+    model's (`reverse_target`) pieces put back in reading order. `path`, `kind`: where
+    it was loaded from (:data:`tfxformer.locate.KINDS`; default "run_dir" with a path)."""
     decoding = _DEFAULTS.replace(beam_size=beam_size, alpha=alpha, extra_length=extra_length,
                                  stopping=stopping, length_normalization=length_normalization)
     options = _search_options(decoding)
@@ -76,7 +83,7 @@ def make_translate_fn(model, spm_bytes: bytes, beam_size=None, alpha=None,
     function = _into(translator.__call__, target_languages, target_language,
                      path or "the model")
     return TranslateFn(function, translator, path or "model in memory",
-                       "run_dir" if path else "model", options, batch_size)
+                       kind or ("run_dir" if path else "model"), options, batch_size)
 
 
 def _into(function, languages, language, path):
@@ -105,18 +112,21 @@ def _search_options(decoding: DecodingOptions) -> dict:
 def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
                       batch_size=_DEFAULTS.batch_size, precision="fp32", checkpoint=None,
                       target_language=None, stopping=None, length_normalization=None):
-    """The translate function of a SavedModel version dir, its export dir, or a run dir.
+    """The translate function of a trained model on disk (not a CTranslate2 dir:
+    :func:`tfxformer.serving.ctranslate2.load_translate_fn` takes that too).
 
     Args:
-        path: a SavedModel version dir, an export dir (its highest version is taken), or a
-            trained run dir (its averaged checkpoint first,
-            :func:`tfxformer.pretrained.load_run_dir`).
+        path: a SavedModel version dir, an export dir (its highest version is taken; an
+            ensemble export's too), a trained run dir (its averaged checkpoint first,
+            :func:`tfxformer.pretrained.load_run_dir`) or a preset dir of
+            `Transformer.save_to_preset` (its model and spm.model in a Translator, as a
+            run dir's).
         beam_size, alpha, extra_length: decoding options (§6.1); None takes the export's
             (its config.json asset), else :class:`tfxformer.config.DecodingOptions`'
             (the paper's 4, 0.6, 50).
         batch_size: sentences per translation call.
-        precision: compute type of a run dir's model ("fp32", "bf16", "fp16"); a SavedModel
-            computes in the type it was exported with.
+        precision: compute type of a run dir's or preset dir's model ("fp32", "bf16",
+            "fp16"); a SavedModel computes in the type it was exported with.
         checkpoint: a run dir's checkpoint prefix (default:
             :func:`tfxformer.rundir.find_checkpoint`).
         target_language: the language a multilingual model translates into (one of its
@@ -132,12 +142,13 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
         FileNotFoundError: `path` is no model dir, or a run dir lacks a file.
         ValueError: an unloadable SavedModel, or an option that does not apply to it.
     """
-    kind, resolved = resolve_model_dir(path)
-    if kind == "run_dir":
-        model, record, spm_bytes = pretrained.load_run_dir(Transformer, resolved, checkpoint,
-                                                           precision=precision)
+    source = resolve(path, KINDS, "load_translate_fn")
+    kind, resolved = source.kind, source.path
+    if kind in ("run_dir", "preset"):
+        model, record, spm_bytes = pretrained.load_source(Transformer, resolved, checkpoint,
+                                                          precision, "load_translate_fn")
         return make_translate_fn(model, spm_bytes, beam_size, alpha, extra_length,
-                                 batch_size, path=resolved,
+                                 batch_size, path=resolved, kind=kind,
                                  target_languages=record.target_languages,
                                  target_language=target_language, stopping=stopping,
                                  length_normalization=length_normalization,
@@ -145,8 +156,8 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
     for name, value, default in (("precision", precision, "fp32"),
                                  ("checkpoint", checkpoint, None)):
         if value != default:
-            raise ValueError(f"`{name}` {value!r} applies to run dirs; {resolved!r} is a "
-                             "SavedModel, which computes as it was exported.")
+            raise ValueError(f"`{name}` {value!r} applies to run dirs; {resolved!r} is "
+                             f"{source.what}, which computes as it was exported.")
     loaded = _load_saved_model(resolved)
     record = _exported_record(loaded)
     given = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)

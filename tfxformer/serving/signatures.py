@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from tfxformer import pretrained
 from tfxformer.config import DecodingOptions
-from tfxformer.locate import resolve_model_dir
+from tfxformer.locate import resolve
 from tfxformer.models.transformer import Transformer
 from tfxformer.rundir import RunRecord
 from tfxformer.sentencepiece_ops import load_sentencepiece_ops
@@ -24,6 +24,8 @@ from tfxformer.serving.translator import make_translator
 __all__ = ["OpenedSignature", "language_inputs", "open_signature"]
 
 _DEFAULTS = DecodingOptions()
+# The forms open_signature takes (tfxformer.locate.KINDS).
+KINDS = ("saved_model", "run_dir", "preset", "ensemble")
 
 
 class OpenedSignature(NamedTuple):
@@ -31,8 +33,8 @@ class OpenedSignature(NamedTuple):
 
     function: Callable
     owner: object  # keeps `function` alive: the loaded SavedModel, or the Translator
-    path: str  # the version dir or run dir opened
-    kind: str  # "saved_model" or "run_dir"
+    path: str  # the version dir, run dir or preset dir opened
+    kind: str  # "saved_model", "ensemble", "run_dir" or "preset"
     languages: tuple  # a multilingual model's target languages, else ()
     options: DecodingOptions  # the export's decoding options (a run dir: the defaults)
 
@@ -42,11 +44,14 @@ def open_signature(path, signature, batch_size=_DEFAULTS.batch_size,
     """Opens `signature` ("score", "translate_sampled", ...) of the model at `path`.
 
     Args:
-        path: a SavedModel version dir, an export dir (its highest version), or a trained
-            run dir (its averaged checkpoint first; wrapped in a Translator with
-            :class:`DecodingOptions`' limits and `batch_size` sentences per chunk).
+        path: a SavedModel version dir, an export dir (its highest version; an ensemble
+            export's too), a trained run dir (its averaged checkpoint first) or a preset
+            dir of `Transformer.save_to_preset` (a run dir's or preset dir's model is
+            wrapped in a Translator with :class:`DecodingOptions`' limits and
+            `batch_size` sentences per chunk).
         signature: the signature's name; a SavedModel must have it.
-        precision, checkpoint: a run dir's compute type and checkpoint prefix (a
+        precision, checkpoint: a run dir's compute type (a preset dir's too) and
+            checkpoint prefix (a
             SavedModel computes as it was exported: any other value is an error).
 
     Raises:
@@ -54,10 +59,11 @@ def open_signature(path, signature, batch_size=_DEFAULTS.batch_size,
         ValueError: an unloadable SavedModel, one exported before `signature` existed
             (naming the command that re-exports it), or an option that does not apply.
     """
-    kind, resolved = resolve_model_dir(path)
-    if kind == "run_dir":
-        model, record, spm_bytes = pretrained.load_run_dir(Transformer, resolved, checkpoint,
-                                                           precision=precision)
+    source = resolve(path, KINDS, "open_signature")
+    kind, resolved = source.kind, source.path
+    if kind in ("run_dir", "preset"):
+        model, record, spm_bytes = pretrained.load_source(Transformer, resolved, checkpoint,
+                                                          precision, "open_signature")
         translator = make_translator(model, spm_bytes, record.target_languages,
                                      max_batch_size=batch_size,
                                      reverse_target=record.reverse_target)
@@ -66,8 +72,8 @@ def open_signature(path, signature, batch_size=_DEFAULTS.batch_size,
     for name, value, default in (("precision", precision, "fp32"),
                                  ("checkpoint", checkpoint, None)):
         if value != default:
-            raise ValueError(f"`{name}` {value!r} applies to run dirs; {resolved!r} is a "
-                             "SavedModel, which computes as it was exported.")
+            raise ValueError(f"`{name}` {value!r} applies to run dirs; {resolved!r} is "
+                             f"{source.what}, which computes as it was exported.")
     load_sentencepiece_ops()
     try:
         loaded = tf.saved_model.load(resolved)
