@@ -154,8 +154,13 @@ def translate_stream(translate, lines, batch_size):
 
 def load(args):
     """The translate function the flags ask for: beam search, or sampling."""
-    from tfxformer.serving.ctranslate2 import is_ctranslate2_dir, load_translate_fn
+    from tfxformer.locate import KINDS, resolve
+    from tfxformer.serving.ctranslate2 import load_translate_fn
 
+    sampled = tuple(k for k in KINDS if k != "ctranslate2")  # CTranslate2: beam search only
+    resolve(args.model, KINDS if args.sampling_topk is None else sampled,
+            "scripts/translate.py --model" + (" with --sampling-topk" if args.sampling_topk
+                                              is not None else ""))
     if args.sampling_topk is None:  # any model dir, CTranslate2's too
         rules = {k: v for k, v in (("stopping", args.stopping),
                                    ("length_normalization", args.length_normalization)) if v}
@@ -173,9 +178,10 @@ def load(args):
                                  target_language=args.target_language,
                                  compute_type=args.compute_type, threads=args.threads,
                                  **rules)
-    if is_ctranslate2_dir(args.model) or args.compute_type or args.threads:
-        raise ValueError("--sampling-topk samples with a SavedModel or run dir; a CTranslate2 "
-                         "model (--compute-type, --threads) translates with beam search.")
+    if args.compute_type or args.threads:
+        raise ValueError("--sampling-topk samples with a SavedModel, run dir or preset dir; "
+                         "a CTranslate2 model (--compute-type, --threads) translates with "
+                         "beam search.")
     import random
 
     from tfxformer.config import DecodingOptions
