@@ -163,3 +163,58 @@ def test_model_tables_name_the_shipped_versions():
                  os.path.join(ROOT, "saved_models", "README.md")):
         cells = _version_cells(path)
         assert {name: cells.get(name) for name in shipped} == shipped, os.path.relpath(path, ROOT)
+
+
+# Pages a user reads: the front page, the guides and the model cards (docs/results/ and
+# bench/README.md hold the dated measurements and the history).
+CARDS = sorted(glob.glob(os.path.join(ROOT, "saved_models", "*", "README.md")))
+USER_PAGES = sorted([os.path.join(ROOT, "README.md"),
+                     *glob.glob(os.path.join(ROOT, "docs", "*.md")), *CARDS])
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def _lines(path):
+    return len(_read(path).splitlines())
+
+
+def test_readme_is_a_front_page():
+    assert _lines(os.path.join(ROOT, "README.md")) <= 200
+    assert "bash scripts/test.sh\n" in _read(os.path.join(ROOT, "README.md"))  # what CI runs
+
+
+@pytest.mark.parametrize("card", CARDS, ids=lambda p: os.path.basename(os.path.dirname(p)))
+def test_model_card_follows_the_template(card):
+    assert _lines(card) <= 120, f"{os.path.relpath(card, ROOT)}: {_lines(card)} lines > 120"
+    headings = re.findall(r"^## (.+)$", _read(card), re.M)
+    assert headings == ["Intended use", "Data and licence", "Scores", "How to run", "Speed",
+                        "Limits", "How it was trained"], headings
+
+
+def test_few_dated_measurements_on_user_pages():
+    """Measurements live in bench/README.md (and history in docs/results/); user pages
+    link there, so they hold few dates."""
+    dated = {os.path.relpath(p, ROOT): len(DATE.findall(_read(p))) for p in USER_PAGES}
+    assert sum(dated.values()) <= 15, {p: n for p, n in dated.items() if n}
+
+
+def test_card_scores_are_stated_once():
+    """A card's score figures appear on no other user page (those link to the card)."""
+    repeated = []
+    for card in CARDS:
+        rows = re.findall(r"^\| test_\w+ \| [\d,]+ \| (\d+\.\d\d) \| (\d+\.\d\d) \|$", _read(card),
+                          re.M)
+        assert rows, f"{os.path.relpath(card, ROOT)} has no score table"
+        for figure in {f for row in rows for f in row}:
+            repeated += [f"{figure} ({os.path.relpath(card, ROOT)}) in {os.path.relpath(p, ROOT)}"
+                         for p in USER_PAGES
+                         if p != card and re.search(rf"(?<![\d.]){re.escape(figure)}(?!\d)",
+                                                    _read(p))]
+    assert not repeated, "figures stated twice:\n" + "\n".join(repeated)
+
+
+def test_license_is_apache_2():
+    text = _read(os.path.join(ROOT, "LICENSE"))
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    setup = _read(os.path.join(ROOT, "setup.py"))
+    assert 'license="Apache-2.0"' in setup
+    assert "License :: OSI Approved :: Apache Software License" in setup

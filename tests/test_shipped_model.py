@@ -67,7 +67,6 @@ def test_card_names_the_shipped_version_and_has_a_score_table(shipped):
     assert f"| version | **{version}** (`saved_models/{name}/{version}/`) |" in text
     scores = _card_scores(text)
     assert {"test_2016_flickr", "test_2017_flickr"} <= set(scores), scores
-    assert len(text.splitlines()) <= 120, f"the {name} card is longer than 120 lines"
 
 
 @pytest.mark.slow
