@@ -218,3 +218,27 @@ def test_license_is_apache_2():
     setup = _read(os.path.join(ROOT, "setup.py"))
     assert 'license="Apache-2.0"' in setup
     assert "License :: OSI Approved :: Apache Software License" in setup
+
+
+def _anchors(path):
+    """The anchors GitHub gives the headings of the Markdown file `path`."""
+    text = re.sub(r"```.*?```", "", _read(path), flags=re.S)
+    found, seen = set(), {}
+    for heading in re.findall(r"^#{1,6} (.+)$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        found.add(f"{slug}-{seen[slug]}" if seen[slug] else slug)
+    return found
+
+
+def test_links_to_headings_find_them():
+    pages = DOCS + sorted(glob.glob(os.path.join(ROOT, "docs", "results", "*.md")))
+    broken = []
+    for path in pages:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", _read(path)):
+            linked = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target \
+                else path
+            if linked.endswith(".md") and os.path.isfile(linked) \
+                    and anchor not in _anchors(linked):
+                broken.append(f"{os.path.relpath(path, ROOT)}: {target}#{anchor}")
+    assert not broken, "links to headings that do not exist:\n" + "\n".join(broken)
