@@ -37,17 +37,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tfxformer import cli
 from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES, DecodingOptions
 from tfxformer.locate import ONE_MODEL, resolve
 from tfxformer.serving.ctranslate2 import QUANTIZATIONS
 from tfxformer.serving.export import export_ensemble, export_run_dir, export_saved_model
 
 DEFAULTS = DecodingOptions()
+# --rerank-weight names (tfxformer.serving.reranking: the search's, then per rescoring role).
+RERANK_WEIGHTS = ("forward", "length", "channel", "channel_mean", "right_to_left",
+                  "right_to_left_mean", "forward_model", "forward_model_mean")
 FORMATS = ("saved_model", "ctranslate2")
 # What --format ctranslate2 does not take: flag -> its value when not given.
 SAVED_MODEL_ONLY = {"--ensemble": None, "--precision": "fp32", "--shortlist": None,
                     "--shortlist-data": None, "--shortlist-max-pairs": None,
-                    "--version": None, "--batch-threads": None}
+                    "--version": None, "--batch-threads": None, "--rerank-with": None}
 
 
 def build_parser():
@@ -144,6 +148,23 @@ def build_parser():
     parser.add_argument("--shortlist-max-pairs", type=int, metavar="M",
                         help="build the shortlist table from the first M training pairs "
                              "only (default: all)")
+    parser.add_argument("--rerank-with", nargs="+", metavar="PATH",
+                        help="rerank each translation's n-best list in the graph with these "
+                             "models' `score` computations: a channel model (translating "
+                             "the other way), a right-to-left model (--reverse-target) or "
+                             "another forward model, each with its own vocabulary; "
+                             "serving_default (and the translate_* signatures) then return "
+                             "the candidate with the best weighted score, --rerank-weight "
+                             "(docs/reranking.md)")
+    parser.add_argument("--rerank-weight", type=cli.named_weight(RERANK_WEIGHTS),
+                        action="append", default=[], metavar="NAME=VALUE",
+                        help="with --rerank-with, repeatable: the weight of a score, NAME one "
+                             f"of {', '.join(RERANK_WEIGHTS)} (forward: the search's own "
+                             "score; length: words; the others a rescoring model's log "
+                             "P, summed or per token); a score not given weighs 0")
+    parser.add_argument("--rerank-hypotheses", type=cli.int_at_least(1), metavar="K",
+                        help="with --rerank-with: candidates per sentence (default: the beam "
+                             "size; the beam is made at least this wide)")
     return parser
 
 
@@ -177,6 +198,24 @@ def export_ctranslate2(args, options):
                       checkpoint=args.checkpoint, **options)
 
 
+def export_reranked(args, options):
+    """Exports `args.model` with in-graph reranking by the `--rerank-with` models."""
+    for flag, given in (("--ensemble", args.ensemble), ("--shortlist", args.shortlist),
+                        ("--checkpoint", args.checkpoint)):
+        if given:
+            raise ValueError(f"{flag} does not go with --rerank-with (one forward model, "
+                             "its averaged checkpoint first, over the full vocabulary).")
+    if not args.rerank_weight:
+        raise ValueError("--rerank-with needs the scores' weights: --rerank-weight NAME=VALUE "
+                         "(e.g. forward=1 channel=0.02 length=0.05).")
+    from tfxformer.serving.reranking import export_reranking
+
+    for name in ("shortlist", "shortlist_data", "shortlist_max_pairs", "xla_max_batch"):
+        options.pop(name, None)
+    return export_reranking(args.model, args.rerank_with, args.export_dir,
+                            dict(args.rerank_weight), args.rerank_hypotheses, **options)
+
+
 def export(args):
     """Exports as `args` says; returns the new version dir (or CTranslate2 directory)."""
     if args.format == "saved_model" and args.quantization is not None:
@@ -206,6 +245,10 @@ def export(args):
                    num_batch_threads=args.batch_threads, shortlist=args.shortlist,
                    shortlist_data=args.shortlist_data,
                    shortlist_max_pairs=args.shortlist_max_pairs)
+    if args.rerank_with is not None:
+        return export_reranked(args, options)
+    if args.rerank_weight or args.rerank_hypotheses:
+        raise ValueError("--rerank-weight and --rerank-hypotheses need --rerank-with PATH.")
     if args.ensemble is not None:
         return export_ensemble(args.ensemble, args.export_dir, **options)
     source = resolve(args.model, ONE_MODEL, "scripts/export.py --model")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -48,22 +47,6 @@ FEATURES = {
 }
 
 
-def weight(text):
-    """NAME=VALUE -> (NAME, VALUE) for --weight."""
-    name, sep, value = text.partition("=")
-    if not sep or name not in FEATURES:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of "
-                                         f"{', '.join(FEATURES)}; got {text!r}")
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"the weight of {name} must be a number, got "
-                                         f"{value!r}") from None
-    if not math.isfinite(number):
-        raise argparse.ArgumentTypeError(f"the weight of {name} must be finite, got {value}")
-    return name, number
-
-
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="python scripts/rerank.py", description=__doc__,
@@ -75,7 +58,8 @@ def build_parser():
                         help="the source lines the n-best lists translate, one per line "
                              "(needed by channel and right_to_left; it also fixes how many "
                              "lines the output has: without it, the largest index + 1)")
-    parser.add_argument("--weight", type=weight, action="append", default=[],
+    parser.add_argument("--weight", type=cli.named_weight(tuple(FEATURES)), action="append",
+                        default=[],
                         metavar="NAME=VALUE",
                         help="a score and its weight, repeatable; NAME one of "
                              f"{', '.join(FEATURES)} (default: forward=1)")

@@ -5,8 +5,9 @@ be >= 1, got 0`). No TensorFlow."""
 from __future__ import annotations
 
 import argparse
+import math
 
-__all__ = ["float_in", "int_at_least", "non_negative_float"]
+__all__ = ["float_in", "int_at_least", "named_weight", "non_negative_float"]
 
 
 def int_at_least(low):
@@ -44,4 +45,24 @@ def float_in(low, high, low_open=True):
             bounds = f"{'(' if low_open else '['}{low}, {high}]"
             raise argparse.ArgumentTypeError(f"must be in {bounds}, got {text}")
         return value
+    return parse
+
+
+def named_weight(names):
+    """A parser of NAME=VALUE with NAME one of `names` and VALUE a finite float ->
+    (NAME, VALUE) (the reranking weights of scripts/rerank.py and scripts/export.py)."""
+    def parse(text):
+        name, sep, value = text.partition("=")
+        if not sep or name not in names:
+            raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of "
+                                             f"{', '.join(names)}; got {text!r}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"the weight of {name} must be a number, got "
+                                             f"{value!r}") from None
+        if not math.isfinite(number):
+            raise argparse.ArgumentTypeError(f"the weight of {name} must be finite, got "
+                                             f"{value}")
+        return name, number
     return parse

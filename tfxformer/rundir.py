@@ -62,8 +62,9 @@ RECORD_KEYS = {
     "init_from": "the trained model the run started from (tfxformer.pretrained.init_record)",
 }
 # What an export adds to the record in its assets/config.json (tfxformer.serving.export).
-# "ensemble": one entry per model of an ensemble export (its source, vocabulary, model).
-_EXPORT_KEYS = ("decoding", "precision", "compute_dtype", "shortlist", "ensemble")
+# "ensemble": one entry per model of an ensemble export (its source, vocabulary, model);
+# "rerank": a reranking export's weights and rescoring models (tfxformer.serving.reranking).
+_EXPORT_KEYS = ("decoding", "precision", "compute_dtype", "shortlist", "ensemble", "rerank")
 # Entries of the record that must match for a run dir to be resumed by a new command.
 _MUST_MATCH = ("model", "src", "tgt", "vocabulary_sha256")
 _CORRUPT = (tf.errors.OpError, IndexError, OSError)  # a truncated .data raises IndexError

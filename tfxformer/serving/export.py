@@ -108,6 +108,8 @@ def _asset_config(translator, config):
     if len(translator.models) > 1:
         export["ensemble"] = given.get("ensemble") or _ensemble_record(
             translator, [None] * len(translator.models))
+    if getattr(translator, "rerank_info", None):  # tfxformer.serving.reranking
+        export["rerank"] = translator.rerank_info
     return dataclasses.replace(record, decoding=translator.options, export=export).to_dict()
 
 

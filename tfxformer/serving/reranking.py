@@ -1,0 +1,225 @@
+"""A translator that reranks its own n-best lists in the graph (docs/reranking.md).
+
+:class:`RerankingTranslator` is a :class:`tfxformer.serving.Translator` whose translations
+(`serving_default`, `translate_with_options`, `translate_per_example`) are chosen from each
+text's n-best list by a weighted sum of scores, all in one TensorFlow graph of stock and
+tensorflow-text ops, so a stock TF Serving serves it:
+
+    score(y) = forward_weight * search score(y) + length_weight * |y| (words)
+               + sum over rescorers r of r.weight * r's log P(...)
+
+Each :class:`Rescorer` is another model's translator and its `score` computation
+(:meth:`Translator.score_pairs`, with its own vocabulary): "channel" scores the source
+given the candidate (a model of the other direction), "forward" the candidate given the
+source (a right-to-left model, or another forward model). `translate_nbest`, `score` and
+`translate_sampled` stay the forward model's own. MBR needs sentence BLEU, which has no
+TensorFlow op: it is reranking's Python side only (:mod:`tfxformer.rerank`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from tfxformer.decoding.common import NEG_INF
+from tfxformer.serving.translator import Translator
+
+__all__ = ["RerankingTranslator", "Rescorer"]
+
+DIRECTIONS = ("channel", "forward")
+
+
+class Rescorer(NamedTuple):
+    """One score of the reranking: `translator` (a :class:`Translator` of the scoring
+    model), `direction` ("channel": log P(source | candidate); "forward": log P(candidate
+    | source)), `mean` (per scored token instead of the sum), `weight`, and `name` (for
+    the export's record)."""
+
+    translator: Translator
+    direction: str
+    mean: bool
+    weight: float
+    name: str = ""
+
+
+class RerankingTranslator(Translator):
+    """A :class:`Translator` that picks each translation from its n-best list.
+
+    Args:
+        model, sentencepiece_model, **options: as :class:`Translator`'s (the forward
+            model, whose beam search makes the n-best lists).
+        rescorers: the :class:`Rescorer` scores (their translators' variables are saved
+            with the export).
+        forward_weight: the weight of the search's own score, log P(y|x) / lp(y).
+        length_weight: the weight of |y|, the candidate's words.
+        num_hypotheses: candidates per text (default: the beam size; a request's beam size
+            below it is raised to it).
+
+    The outputs are :class:`Translator`'s: `translation` the chosen candidate, `score` its
+    search score (log P(y|x) / lp(y)), `truncated`.
+    """
+
+    def __init__(self, model, sentencepiece_model: bytes, rescorers=(), forward_weight=1.0,
+                 length_weight=0.0, num_hypotheses=None, **options):
+        super().__init__(model, sentencepiece_model, **options)
+        for rescorer in rescorers:
+            if rescorer.direction not in DIRECTIONS:
+                raise ValueError(f"Rescorer direction {rescorer.direction!r} not in "
+                                 f"{DIRECTIONS}.")
+            if rescorer.translator.target_languages:
+                raise ValueError("A multilingual model cannot rescore (it needs a target "
+                                 "language per text).")
+        if self.target_languages:
+            raise ValueError("Reranking takes a model of one target language.")
+        self.rescorers = list(rescorers)
+        self.rescoring_translators = [r.translator for r in self.rescorers]  # tracked
+        self.forward_weight, self.length_weight = float(forward_weight), float(length_weight)
+        self.num_hypotheses = int(num_hypotheses or self.beam_size)
+        if self.num_hypotheses < 1:
+            raise ValueError(f"num_hypotheses must be >= 1, got {num_hypotheses}.")
+
+    def translate(self, text, beam_size=None, alpha=None, extra_length=None,
+                  max_input_tokens=None, target_language=None, sampling=None):
+        """:meth:`Translator.translate` with each translation chosen from its n-best list
+        (sampling is not reranked)."""
+        if sampling is not None:
+            return super().translate(text, beam_size, alpha, extra_length, max_input_tokens,
+                                     target_language, sampling)
+        text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
+        beam = tf.maximum(tf.cast(self.beam_size if beam_size is None else beam_size,
+                                  tf.int32), self.num_hypotheses)
+        out = self.nbest(text, beam, self.alpha if alpha is None else alpha,
+                         self.extra_length if extra_length is None else extra_length,
+                         self.max_input_tokens if max_input_tokens is None
+                         else max_input_tokens, self.num_hypotheses)
+        translations, scores = out["translations"], out["scores"]  # (N, K)
+        best = tf.argmax(self.combined(text, translations, scores), axis=1,
+                         output_type=tf.int32)
+        return {"translation": tf.gather(translations, best, batch_dims=1),
+                "score": tf.gather(scores, best, batch_dims=1),
+                "truncated": out["truncated"]}
+
+    def combined(self, text, translations, scores):
+        """(N, K) combined scores of the candidates `translations` ((N, K) strings, their
+        search `scores`); NEG_INF where the list has no candidate."""
+        shape = tf.shape(translations)
+        flat = tf.reshape(translations, [-1])  # (N * K,)
+        sources = tf.reshape(tf.repeat(text, shape[1]), [-1])
+        total = self.forward_weight * tf.where(tf.math.is_finite(scores), scores, 0.0)
+        if self.length_weight:
+            words = tf.strings.split(flat).row_lengths()
+            total += self.length_weight * tf.reshape(tf.cast(words, tf.float32), shape)
+        for rescorer in self.rescorers:
+            pair = (flat, sources) if rescorer.direction == "channel" else (sources, flat)
+            out = rescorer.translator.score_pairs(*pair)
+            value = out["mean_log_prob" if rescorer.mean else "log_prob"]
+            total += rescorer.weight * tf.reshape(value, shape)
+        return tf.where(tf.math.is_finite(scores), total, NEG_INF)
+
+
+# Weight names of a rescoring model by its role, (sum, per token); scripts/rerank.py's.
+ROLE_WEIGHTS = {"channel": ("channel", "channel_mean"),
+                "right_to_left": ("right_to_left", "right_to_left_mean"),
+                "forward_model": ("forward_model", "forward_model_mean")}
+OWN_WEIGHTS = ("forward", "length")
+
+
+def role_of(record, rescoring) -> str:
+    """"channel", "right_to_left" or "forward_model": what the model of the
+    :class:`RunRecord` `rescoring` scores for the forward model of `record`.
+
+    Raises:
+        ValueError: it translates neither the forward model's direction nor the reverse.
+    """
+    if (rescoring.src, rescoring.tgt) == (record.tgt, record.src):
+        return "channel"
+    if (rescoring.src, rescoring.tgt) == (record.src, record.tgt):
+        return "right_to_left" if rescoring.reverse_target else "forward_model"
+    raise ValueError(f"A rescoring model must translate {record.src}->{record.tgt} (a "
+                     f"forward or right-to-left model) or {record.tgt}->{record.src} (a "
+                     f"channel model); this one translates {rescoring.src}->{rescoring.tgt}.")
+
+
+def check_weights(weights, roles) -> None:
+    """Raises ValueError for a weight name no score of this export has, or a rescoring
+    model without a weight (naming the accepted names)."""
+    accepted = set(OWN_WEIGHTS) | {name for role in roles for name in ROLE_WEIGHTS[role]}
+    unknown = sorted(set(weights) - accepted)
+    if unknown:
+        raise ValueError(f"Rerank weights {unknown} name no score of these models; accepted: "
+                         f"{sorted(accepted)}.")
+    for role in roles:
+        if not any(weights.get(name) for name in ROLE_WEIGHTS[role]):
+            raise ValueError(f"The {role.replace('_', '-')} model has no weight: give "
+                             f"{' or '.join(ROLE_WEIGHTS[role])}.")
+    if len(set(roles)) < len(roles):
+        raise ValueError(f"One rescoring model per role, got roles {roles}.")
+
+
+def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypotheses=None,
+                     precision="fp32", version=None, num_batch_threads=None,
+                     max_batch_size=None, **options):
+    """Exports one SavedModel whose translations are reranked in the graph: the model at
+    `model_path` makes each text's n-best list (`num_hypotheses` candidates, default the
+    beam size; the beam is at least that wide), and each model of `rescoring_paths` scores
+    the candidates with its `score` computation. A rescoring model's role comes from its
+    record (:func:`role_of`): a channel model translates the other way, a right-to-left
+    model (`reverse_target`) or another forward model the same way.
+
+    Args:
+        model_path, rescoring_paths: trained models (SavedModels, run dirs, preset dirs:
+            :func:`tfxformer.locate.resolve`); each keeps its own vocabulary.
+        weights: {name: weight} over "forward" (the search's score), "length" (|y| in
+            words) and the rescoring models' (:data:`ROLE_WEIGHTS`: "channel",
+            "channel_mean", "right_to_left", ...); a name not given weighs 0.
+        precision: "fp32" or "bf16", the compute type of every model.
+        options: beam_size, alpha, extra_length, max_input_tokens, max_output_tokens,
+            stopping, length_normalization of the forward model's search (unset: its
+            export's, as :func:`export_saved_model`).
+
+    The record (config.json) is the forward model's, with `rerank`: the weights, the
+    number of candidates and each rescoring model's source, role and vocabulary.
+    """
+    import hashlib
+
+    from tfxformer import locate, pretrained
+    from tfxformer.config import PRECISION_POLICIES
+    from tfxformer.models.transformer import Transformer
+    from tfxformer.serving.export import _source_name, _with_source_options, export_translator
+
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"precision {precision!r} not in ['bf16', 'fp32'].")
+    dtype = {} if precision == "fp32" else {"dtype": PRECISION_POLICIES[precision]}
+    source = locate.resolve(model_path)
+    record = source.record()
+    options = _with_source_options(record, options)
+    sources = [locate.resolve(path) for path in rescoring_paths]
+    roles = [role_of(record, s.record()) for s in sources]
+    check_weights(weights, roles)
+    rescorers, models = [], []
+    for path, rescoring, role in zip(rescoring_paths, sources, roles, strict=True):
+        scoring = rescoring.record()
+        translator = Translator(
+            pretrained.load_model(Transformer, path, **dtype), rescoring.spm_bytes,
+            max_batch_size=max_batch_size, max_input_tokens=scoring.max_length,
+            max_output_tokens=scoring.max_length, reverse_target=scoring.reverse_target)
+        direction = "channel" if role == "channel" else "forward"
+        for name, mean in zip(ROLE_WEIGHTS[role], (False, True), strict=True):
+            if weights.get(name):
+                rescorers.append(Rescorer(translator, direction, mean, float(weights[name]),
+                                          name))
+        models.append({"source": _source_name(path), "role": role,
+                       "vocabulary_sha256": hashlib.sha256(rescoring.spm_bytes).hexdigest()})
+    limits = {name: options.pop(name, None) or record.max_length
+              for name in ("max_input_tokens", "max_output_tokens")}
+    translator = RerankingTranslator(
+        pretrained.load_model(Transformer, model_path, **dtype), source.spm_bytes, rescorers,
+        forward_weight=weights.get("forward", 0.0), length_weight=weights.get("length", 0.0),
+        num_hypotheses=num_hypotheses, max_batch_size=max_batch_size,
+        reverse_target=record.reverse_target, **limits, **options)
+    translator.rerank_info = {"hypotheses": translator.num_hypotheses,
+                              "weights": {k: float(v) for k, v in weights.items()},
+                              "models": models}
+    return export_translator(translator, export_dir, config=record, version=version,
+                             num_batch_threads=num_batch_threads)
