@@ -266,8 +266,6 @@ def rewrite_args(script, args, tiny_corpus, scratch):
     for arg in args:
         if arg.startswith("/tmp/"):
             arg = os.path.join(scratch, "tmp", arg[len("/tmp/"):])
-        elif arg.rstrip("/") == MULTI30K and script in CORPUS_SCRIPTS:
-            arg = tiny_corpus
         out.append(arg)
     args = out
     if script == "scripts/train_wmt.py":
@@ -289,15 +287,20 @@ def rewrite_args(script, args, tiny_corpus, scratch):
     return args
 
 
-# Scripts whose `../shared/data/multi30k` argument becomes the tiny corpus.
-CORPUS_SCRIPTS = {"scripts/train_wmt.py", "scripts/evaluate.py", "scripts/distill.py",
-                  "scripts/prepare_multilingual.py", "scripts/export.py"}
+
+
+def tiny(word, tiny_corpus):
+    """`word` with ../shared/data/multi30k (the folder or a file in it) replaced by the tiny
+    corpus."""
+    if word.rstrip("/") == MULTI30K or word.startswith(MULTI30K + "/"):
+        return tiny_corpus + word.rstrip("/")[len(MULTI30K):]
+    return word
 
 
 def rewrite(command, tiny_corpus, scratch):
     """The shell text run for one documented line: every `python scripts/NAME.py ...` of it
     rewritten by rewrite_args, the rest unchanged."""
-    tokens = tokenize(command)
+    tokens = [tiny(token, tiny_corpus) for token in tokenize(command)]
     out, i = [], 0
     while i < len(tokens):
         token = tokens[i]
@@ -388,9 +391,16 @@ def shareable(command, tiny_corpus):
         tokens = tokenize(command)
     except ValueError:
         return None
-    if any(t in (">", ">>", "<") or re.fullmatch(r"\d?>&?\d?", t) for t in tokens):
-        return None
     outputs = []
+    for i, token in enumerate(tokens):
+        if token in ("<", ">", ">>") and i + 1 < len(tokens):
+            path = tokens[i + 1]
+            if token != "<":
+                outputs.append(os.path.normpath(path))
+            elif not (path.startswith(PRISTINE) or path.startswith(tiny_corpus)):
+                return None
+        elif re.fullmatch(r"[;&|<>]+|\d?>&?\d?", token) and token not in ("|", "<", ">", ">>"):
+            return None
     for words in segments(tokens):
         env, words = program(words)
         if env or not words:
@@ -405,8 +415,9 @@ def shareable(command, tiny_corpus):
                 outputs.append(os.path.normpath(args[i + 1]))
             elif arg.startswith("-") or (i and args[i - 1] in OUTPUT_FLAGS):
                 continue
-            elif "/" in arg and not (arg.startswith(PRISTINE) or arg.startswith(tiny_corpus)):
-                return None
+            elif (("/" in arg or re.search(r"\.[A-Za-z]{1,5}$", arg))
+                  and not (arg.startswith(PRISTINE) or arg.startswith(tiny_corpus))):
+                return None  # a file an earlier block may have written
     if any(os.path.isabs(o) or o.startswith("..") for o in outputs):
         return None
     return outputs

@@ -17,8 +17,8 @@ order: its ```python blocks in one namespace, as cells of a notebook opened at t
 `bash -o pipefail -c`, stdin empty, the project's venv first on PATH, HTTP(S) proxies
 pointing nowhere (tests never touch the network). A failing block does not stop the page:
 the test reports every failing block (page, line, traceback or the command's stderr); a
-failure after an earlier one may follow from it. Pages run two at a time
-(DOCS_TEST_JOBS), started together when the first page test runs.
+failure after an earlier one may follow from it. Pages run two at a time (one under
+pytest-xdist; DOCS_TEST_JOBS), started together when the first page test runs.
 
 Shared between pages: a command that reads only what every scratch root holds unchanged
 (the shipped models saved_models/multi30k_*, ../shared, the tiny corpus below) and writes
@@ -52,10 +52,13 @@ Which blocks:
 Rewrites that keep the commands cheap (only of `python scripts/NAME.py` arguments; python
 blocks run exactly as written):
 - every script: an argument starting with `/tmp/` points into the scratch root's tmp/
-  instead (so runs never share or leave files in /tmp).
-- train_wmt.py, evaluate.py, distill.py, prepare_multilingual.py, export.py: the argument
-  `../shared/data/multi30k` becomes a tiny Multi30k: the first 300 training pairs (en, de,
-  fr), the first 20 of val, the first 8 of each test set, made once per run.
+  instead (so runs never share or leave files in /tmp; a python block cannot be pointed
+  there, so test_every_block_is_accounted_for asks pages for repository paths instead).
+- every word of a line that runs (an argument, a `<` redirection, ...) naming
+  `../shared/data/multi30k` or a file in it names a tiny Multi30k instead: the first 300
+  training pairs (en, de, fr), the first 20 of val, the first 8 of each test set, made once
+  per run (a training, an evaluation, a distillation or a `translate.py < test.en` of a few
+  sentences; bleu.py's --ref stays aligned with them).
 - train_wmt.py: `--train-steps` at most 2; `--batch-tokens` at most 512 (512 when absent);
   `--max-length` at most 32 (32 when absent); `--checkpoint-every 1`; `--average-last` at
   most 2 (when given); `--eval-every 0 --eval-sentences 0` (no validation); `--shuffle-buffer
@@ -72,6 +75,7 @@ import concurrent.futures
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -86,7 +90,10 @@ PAGES = sorted(os.path.relpath(p, ROOT) for p in [
     os.path.join(ROOT, "README.md"),
     *glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True),
     *glob.glob(os.path.join(ROOT, "saved_models", "*", "README.md"))])
-JOBS = int(os.environ.get("DOCS_TEST_JOBS", "2"))
+# Pages run at a time: 2 (the cores of CI), 1 under pytest-xdist (the other worker runs the
+# other files).
+JOBS = int(os.environ.get("DOCS_TEST_JOBS", "1" if os.environ.get("PYTEST_XDIST_WORKER")
+                          else "2"))
 # Against hangs only: on a loaded machine a command of 40 s of CPU can take 10 minutes.
 COMMAND_TIMEOUT = 1200  # seconds, one shell command
 PAGE_TIMEOUT = 3600  # seconds, one page
@@ -151,13 +158,15 @@ def plan(page, tier, tiny_corpus, scratch):
     return steps
 
 
-def make_tiny_corpus(folder):
-    """The first lines of each Multi30k file (TINY_LINES; test sets TINY_TEST_LINES)."""
-    source = os.path.join(SHARED_DATA, "multi30k")
+def make_tiny_corpus(folder, source=None):
+    """The first lines of each Multi30k file (TINY_LINES; test sets TINY_TEST_LINES), its
+    subfolders (tok/: the tokenized references) alike."""
+    source = source or os.path.join(SHARED_DATA, "multi30k")
     os.makedirs(folder, exist_ok=True)
     for name in sorted(os.listdir(source)):
         path = os.path.join(source, name)
-        if not os.path.isfile(path):
+        if os.path.isdir(path):
+            make_tiny_corpus(os.path.join(folder, name), path)
             continue
         lines = TINY_LINES.get(name.split(".")[0], TINY_TEST_LINES)
         with open(path, encoding="utf-8") as f:
@@ -307,6 +316,11 @@ def test_page_blocks_run(page, tier, page_runs):
 def block_problems(block):
     """What is wrong with how `block` is marked, given what it does."""
     problems = [f"{block.where}: {error}" for error in block.errors]
+    if block.kind and block.marker != "skip" and re.search(r"(?<![\w.])/tmp/", block.code):
+        problems.append(f"{block.where}: names a path in /tmp: use one in the repository "
+                        "(runs/, saved_models/), which the test's scratch copy holds (the "
+                        "test points the shell commands' /tmp/ paths into it, not the python "
+                        "blocks')")
     if block.kind != "shell" or block.marker == "skip":
         return problems
     lines = shell_lines(block.code, block.line)
