@@ -199,10 +199,12 @@ def one_worker_reference(tmp_path_factory):
 
 # The longest files first, so that `pytest -n 2 --dist loadfile` (scripts/test.sh) does not
 # start one of them last while the other worker idles: first a builder of each shared build
-# above (one_replica_reference, one_worker_reference, tiny_export), then the files that
-# use them, then the rest in their usual order.
+# above (one_replica_reference, one_worker_reference, tiny_export), then test_docs_run.py
+# (every documented command, minutes of work), the files that use the builds, then the rest
+# in their usual order.
 LONGEST_FIRST = (
-    "test_reliability.py", "test_trainer.py", "test_shortlist.py", "test_training.py",
+    "test_reliability.py", "test_trainer.py", "test_shortlist.py", "test_docs_run.py",
+    "test_training.py",
     "test_multiworker.py", "test_reliability_kill.py", "test_serving_run_dir.py",
     "test_pretrained.py", "test_serving.py", "test_ensemble.py", "test_multilingual.py",
     "test_token_cache.py", "test_train_memory.py", "test_decoding.py", "test_transformer.py",
