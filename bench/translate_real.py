@@ -5,11 +5,10 @@ Systems, each run in its own process (so that `ru_maxrss` is its own peak RSS):
   tfxformer-fp32  the shipped SavedModel (saved_models/multi30k_en_de, highest version),
                   strings in, strings out, through `serving_default`.
   tfxformer-best  the same variables re-exported at run time with today's code
-                  (`scripts/export.py --precision fp32`, --best-precision) into a temp dir,
-                  same signature. fp32 because it was the fastest measured on this CPU:
-                  bf16 (AVX512-BF16) no faster on test_2016 and slower on newstest2014 for
-                  this d_model=128 model; Keras int8 slower than fp32 (bench/README.md,
-                  "Studies").
+                  (`scripts/export.py --precision auto`, --best-precision) into a temp dir,
+                  same signature: bf16 where the CPU has AVX512_BF16 or AMX, else fp32
+                  (bf16 is slower on CPUs without them); Keras int8 slower than fp32
+                  (bench/README.md, "Studies").
                   --best-shortlist K,N adds a vocabulary shortlist to it.
   tfxformer-shortlist  the same variables re-exported at fp32 with a vocabulary shortlist
                   (`scripts/export.py --shortlist K,N`, --shortlist, default 20,1000; the
@@ -425,9 +424,10 @@ def parse_args(argv=None):
                          "$TFXFORMER_CT2_PYTHON)")
     ap.add_argument("--repeats", type=int, default=3,
                     help="timed calls per system and set; the median counts (default: 3)")
-    ap.add_argument("--best-precision", choices=["fp32", "bf16"], default="fp32",
-                    help="--precision of the run-time re-export behind tfxformer-best "
-                         "(default: %(default)s)")
+    ap.add_argument("--best-precision", choices=["fp32", "bf16", "auto"], default="auto",
+                    help="--precision of the run-time re-export behind tfxformer-best; auto: "
+                         "bf16 where this CPU has AVX512_BF16 or AMX, else fp32 (default: "
+                         "%(default)s)")
     ap.add_argument("--best-shortlist", metavar="K,N",
                     help="--shortlist K,N of the re-export behind tfxformer-best (default: "
                          "none, the full vocabulary)")

@@ -40,6 +40,7 @@ import sys
 from tfxformer import cli
 from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES, DecodingOptions
 from tfxformer.locate import ONE_MODEL, resolve
+from tfxformer.serving.compiled import DEFAULT_MAX_BATCH
 from tfxformer.serving.ctranslate2 import QUANTIZATIONS
 from tfxformer.serving.export import export_ensemble, export_run_dir, export_saved_model
 
@@ -51,7 +52,8 @@ FORMATS = ("saved_model", "ctranslate2")
 # What --format ctranslate2 does not take: flag -> its value when not given.
 SAVED_MODEL_ONLY = {"--ensemble": None, "--precision": "fp32", "--shortlist": None,
                     "--shortlist-data": None, "--shortlist-max-pairs": None,
-                    "--version": None, "--batch-threads": None, "--rerank-with": None}
+                    "--version": None, "--batch-threads": None,
+                    "--xla-max-batch": DEFAULT_MAX_BATCH, "--rerank-with": None}
 
 
 def build_parser():
@@ -130,9 +132,11 @@ def build_parser():
                         help="num_batch_threads of batching_parameters.txt (default: this "
                              "machine's cores)")
     parser.add_argument("--version", type=int, help="version number (default: next free)")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                        help="compute type of the exported graph: bf16 is faster on CPUs "
-                             "with AVX512-BF16 (weights stay float32) (default: %(default)s)")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="fp32",
+                        help="compute type of the exported graph (weights stay float32): "
+                             "bf16 is faster on CPUs with AVX512_BF16 or AMX, slower on "
+                             "others; auto = bf16 where this machine has them, else fp32, "
+                             "the reason recorded in config.json (default: %(default)s)")
     parser.add_argument("--shortlist", type=shortlist_sizes, metavar="K,N",
                         help="decode over a vocabulary shortlist: per batch, the K target "
                              "tokens most associated (Dice coefficient of sentence "
@@ -165,6 +169,11 @@ def build_parser():
     parser.add_argument("--rerank-hypotheses", type=cli.int_at_least(1), metavar="K",
                         help="with --rerank-with: candidates per sentence (default: the beam "
                              "size; the beam is made at least this wide)")
+    parser.add_argument("--xla-max-batch", type=int, default=DEFAULT_MAX_BATCH, metavar="N",
+                        help="chunks of at most N sentences (a lone sentence) run an "
+                             "XLA-compiled beam search, several times faster per sentence; "
+                             "TF Serving then needs --xla_cpu_compilation_enabled=true "
+                             "(docs/serving.md); 0 turns it off (default: %(default)s)")
     return parser
 
 
@@ -245,6 +254,9 @@ def export(args):
                    num_batch_threads=args.batch_threads, shortlist=args.shortlist,
                    shortlist_data=args.shortlist_data,
                    shortlist_max_pairs=args.shortlist_max_pairs)
+    if args.xla_max_batch < 0:
+        raise ValueError(f"--xla-max-batch must be >= 0 (0: off), got {args.xla_max_batch}.")
+    options.update(xla_max_batch=args.xla_max_batch)
     if args.rerank_with is not None:
         return export_reranked(args, options)
     if args.rerank_weight or args.rerank_hypotheses:

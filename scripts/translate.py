@@ -74,6 +74,10 @@ def parse_args(argv=None):
                         help="a finished hypothesis' score, for a run dir: 'gnmt' (log P / "
                              "((5 + |Y|) / 6)^alpha) or 'length' (log P / |Y|^alpha, "
                              "CTranslate2's); a SavedModel's is fixed (default: the model's)")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="fp32",
+                        help="compute type of a run dir's or preset dir's model: auto = bf16 "
+                             "where this CPU has AVX512_BF16 or AMX, else fp32 (a SavedModel "
+                             "computes as exported; auto accepts that) (default: %(default)s)")
     steering = parser.add_argument_group(
         "steering", "control of the output (docs/steering.md; a SavedModel needs the "
         "`translate_nbest` signature: re-export an older one with scripts/export.py)")
@@ -177,7 +181,7 @@ def load(args):
                                  extra_length=args.extra_length, batch_size=args.batch_size,
                                  target_language=args.target_language,
                                  compute_type=args.compute_type, threads=args.threads,
-                                 **rules)
+                                 precision=args.precision, **rules)
     if args.compute_type or args.threads:
         raise ValueError("--sampling-topk samples with a SavedModel, run dir or preset dir; "
                          "a CTranslate2 model (--compute-type, --threads) translates with "

@@ -63,8 +63,11 @@ RECORD_KEYS = {
 }
 # What an export adds to the record in its assets/config.json (tfxformer.serving.export).
 # "ensemble": one entry per model of an ensemble export (its source, vocabulary, model);
-# "rerank": a reranking export's weights and rescoring models (tfxformer.serving.reranking).
-_EXPORT_KEYS = ("decoding", "precision", "compute_dtype", "shortlist", "ensemble", "rerank")
+# "precision_reason": why `--precision auto` chose its precision; "xla_max_batch": the
+# largest chunk of the XLA-compiled search (tfxformer.serving.compiled; 0 off); "rerank":
+# a reranking export's weights and rescoring models (tfxformer.serving.reranking).
+_EXPORT_KEYS = ("decoding", "precision", "compute_dtype", "shortlist", "ensemble",
+                "precision_reason", "xla_max_batch", "rerank")
 # Entries of the record that must match for a run dir to be resumed by a new command.
 _MUST_MATCH = ("model", "src", "tgt", "vocabulary_sha256")
 _CORRUPT = (tf.errors.OpError, IndexError, OSError)  # a truncated .data raises IndexError

@@ -311,7 +311,7 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None, batch
     """
     path = os.fspath(path)
     given = {k: v for k, v in saved_model_options.items()
-             if v is not None and not (k == "precision" and v == "fp32")}
+             if v is not None and not (k == "precision" and v in ("fp32", "auto"))}
     if resolve(path, tool="load_translate_fn").kind == "ctranslate2":
         if given:
             raise ValueError(f"{sorted(given)} apply to SavedModels and run dirs; {path!r} "

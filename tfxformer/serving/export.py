@@ -51,11 +51,13 @@ import tempfile
 import tensorflow as tf
 
 from tfxformer import checks, locate, pretrained
+from tfxformer import precision as machine_precision
 from tfxformer.config import PRECISION_POLICIES
 from tfxformer.decoding.shortlist import build_shortlist_table
 from tfxformer.locate import saved_model_versions
 from tfxformer.models.transformer import Transformer
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
+from tfxformer.serving.compiled import DEFAULT_MAX_BATCH
 from tfxformer.serving.translator import make_translator
 from tfxformer.serving.warmup import (
     warmup_requests,
@@ -95,7 +97,23 @@ def _portable(record: RunRecord) -> RunRecord:
     return dataclasses.replace(record, train=train, init_from=init_from)
 
 
-def _asset_config(translator, config):
+def export_precision(precision):
+    """`(precision, reason)` of an export asked for `precision`: "fp32" or "bf16" as given,
+    or "auto": bf16 where this machine's CPU has AVX512_BF16 or AMX-BF16, else fp32 (the
+    rule of :func:`tfxformer.precision.choose`; an export computes in fp32 or bf16, so a
+    GPU's fp16 becomes fp32). Exports are usually served where they are made; serving on
+    another CPU kind, choose for that one (docs/serving.md)."""
+    if precision != machine_precision.AUTO:
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision {precision!r} not in ['auto', 'bf16', 'fp32'].")
+        return precision, "given (`precision`)"
+    chosen, why = machine_precision.choose(machine_precision.this_machine())
+    if chosen not in ("fp32", "bf16"):
+        return "fp32", f"auto: {why}; an export computes in fp32 or bf16: fp32"
+    return chosen, f"auto: {why}"
+
+
+def _asset_config(translator, config, precision_reason=None):
     """The config.json asset: the run record `config` (a :class:`RunRecord`, a dict of
     its entries, or None) with the translator's model, decoding options, precision and
     shortlist (each set anew, so a re-export never keeps a stale one), and none of the
@@ -104,7 +122,10 @@ def _asset_config(translator, config):
     model = translator.models[0]
     record = _portable(RunRecord.from_dict({**given, "model": model.model_config.to_dict()}))
     export = dict(precision=_PRECISION_OF_DTYPE.get(model.compute_dtype, model.compute_dtype),
-                  compute_dtype=model.compute_dtype, shortlist=translator.shortlist_info)
+                  compute_dtype=model.compute_dtype, shortlist=translator.shortlist_info,
+                  xla_max_batch=translator.xla_max_batch)
+    if precision_reason is not None:
+        export["precision_reason"] = precision_reason
     if len(translator.models) > 1:
         export["ensemble"] = given.get("ensemble") or _ensemble_record(
             translator, [None] * len(translator.models))
@@ -122,13 +143,14 @@ def _ensemble_record(translator, sources):
 
 
 def export_translator(translator, export_dir, config=None, version=None,
-                      num_batch_threads=None):
+                      num_batch_threads=None, precision_reason=None):
     """Saves `translator` to `<export_dir>/<version>/`; returns that path.
 
     `version` defaults to :func:`next_version`. The SavedModel is written to a hidden
     temporary directory and renamed into place, so a TF Serving watching `export_dir`
     never sees a half-written version. `assets.extra/` gets the warm-up records and an
     example `batching_parameters.txt` (`num_batch_threads`: default, this machine's cores).
+    `precision_reason`: why the model computes in its precision, recorded in config.json.
 
     Raises:
         FileExistsError: `<export_dir>/<version>` exists.
@@ -144,7 +166,7 @@ def export_translator(translator, export_dir, config=None, version=None,
     try:
         with tempfile.TemporaryDirectory() as sources:
             _save(translator, os.path.join(staging, "model"), sources,
-                  _asset_config(translator, config))
+                  _asset_config(translator, config, precision_reason))
         write_warmup_records(os.path.join(staging, "model"), warmup_requests(translator))
         write_batching_parameters(os.path.join(staging, "model"), translator.max_batch_size,
                                   num_batch_threads)
@@ -192,7 +214,8 @@ def _save(translator, path, sources, config):
 
 def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra_length=None,
                     max_batch_size=None, max_input_tokens=None, max_output_tokens=None,
-                    shortlist=None, stopping=None, length_normalization=None):
+                    shortlist=None, stopping=None, length_normalization=None,
+                    xla_max_batch=DEFAULT_MAX_BATCH):
     """A :class:`Translator` whose unset limits default to the run's training length
     filter (`record.max_length` of the :class:`RunRecord`: the model never saw a longer
     source nor produced a longer target) and whose other unset options (None) are
@@ -206,7 +229,7 @@ def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra
                            max_input_tokens=max_input_tokens or trained,
                            max_output_tokens=max_output_tokens or trained, shortlist=shortlist,
                            stopping=stopping, length_normalization=length_normalization,
-                           reverse_target=record.reverse_target)
+                           reverse_target=record.reverse_target, xla_max_batch=xla_max_batch)
 
 
 def _id_pairs(sp, pairs, max_pairs):
@@ -294,7 +317,7 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
                    max_batch_size=None, checkpoint=None, version=None, precision="fp32",
                    max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
                    shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
-                   stopping=None, length_normalization=None):
+                   stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH):
     """Loads a trained run dir (:func:`tfxformer.pretrained.load_run_dir`) or a preset dir
     of `Transformer.save_to_preset` (:func:`tfxformer.pretrained.load_source`) and exports
     its translator (`precision` "bf16": computes in bfloat16, float32 weights). The input and
@@ -303,16 +326,20 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
     vocabulary shortlist built from the run's training data (or `shortlist_data`, its
     first `shortlist_max_pairs` pairs), :func:`shortlist_from_data`; default off.
     `stopping` / `length_normalization`: beam search's rules (None: DecodingOptions'),
-    fixed in the graph and recorded in config.json."""
+    fixed in the graph and recorded in config.json. `xla_max_batch`: chunks of at most
+    this many sentences run an XLA-compiled beam search (:mod:`tfxformer.serving.compiled`;
+    TF Serving then needs `--xla_cpu_compilation_enabled=true`); 0 turns it off; recorded
+    in config.json (`export`). `precision` "auto": :func:`export_precision`."""
+    precision, reason = export_precision(precision)
     model, record, spm_bytes = pretrained.load_source(Transformer, model_dir, checkpoint,
                                                       precision, "export_run_dir")
     table = _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
     translator = _make_translator(model, record, spm_bytes, beam_size, alpha, extra_length,
                                  max_batch_size, max_input_tokens, max_output_tokens, table,
-                                 stopping, length_normalization)
+                                 stopping, length_normalization, xla_max_batch)
     return export_translator(translator, export_dir, config=record, version=version,
-                             num_batch_threads=num_batch_threads)
+                             num_batch_threads=num_batch_threads, precision_reason=reason)
 
 
 # Decoding options a re-export takes from its source SavedModel unless given.
@@ -340,7 +367,9 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
     (default: the training data its config asset names) or none; `options` as
     :func:`_make_translator`'s. Beam size, α, extra length, token limits, stopping rule
     and length normalization not given (or None) are the source's (its config asset's
-    `decoding`; an asset without the two rules ran "bound" and "gnmt")."""
+    `decoding`; an asset without the two rules ran "bound" and "gnmt"). `precision`
+    "auto": :func:`export_precision`."""
+    precision, reason = export_precision(precision)
     model, record, spm_bytes = pretrained.load_saved_model_weights(Transformer, version_dir,
                                                                    precision=precision)
     options = _with_source_options(record, options)
@@ -348,7 +377,7 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
                            shortlist_max_pairs)
     translator = _make_translator(model, record, spm_bytes, shortlist=table, **options)
     return export_translator(translator, export_dir, config=record, version=version,
-                             num_batch_threads=num_batch_threads)
+                             num_batch_threads=num_batch_threads, precision_reason=reason)
 
 
 def _source_name(path):
@@ -381,7 +410,7 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
                     max_batch_size=None, version=None, precision="fp32",
                     max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
                     shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
-                    stopping=None, length_normalization=None):
+                    stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH):
     """Exports one SavedModel that decodes with every model of `member_paths` at once:
     beam search on their averaged probabilities (:mod:`tfxformer.decoding.ensemble`).
 
@@ -402,8 +431,7 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
     paths = [os.fspath(p) for p in member_paths]
     if len(paths) < 2:
         raise ValueError(f"An ensemble needs at least 2 models, got {len(paths)}: {paths}.")
-    if precision not in PRECISION_POLICIES:
-        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
+    precision, reason = export_precision(precision)
     sources = [locate.resolve(p, locate.ONE_MODEL, "an ensemble member") for p in paths]
     spm_bytes = _check_vocabularies(paths, sources)
     directions = [source.record().reverse_target for source in sources]
@@ -422,8 +450,9 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
         max_output_tokens=max_output_tokens))
     table = _shortlist_for(record, spm_bytes, models[0], shortlist, shortlist_data,
                            shortlist_max_pairs)
-    translator = _make_translator(models, record, spm_bytes, shortlist=table, **options)
+    translator = _make_translator(models, record, spm_bytes, shortlist=table,
+                                  xla_max_batch=xla_max_batch, **options)
     config = {**record.to_dict(),
               "ensemble": _ensemble_record(translator, [_source_name(p) for p in paths])}
     return export_translator(translator, export_dir, config=config, version=version,
-                             num_batch_threads=num_batch_threads)
+                             num_batch_threads=num_batch_threads, precision_reason=reason)

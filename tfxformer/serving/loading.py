@@ -16,6 +16,7 @@ import json
 import tensorflow as tf
 
 from tfxformer import checks, pretrained
+from tfxformer import precision as machine_precision
 from tfxformer.config import DecodingOptions
 from tfxformer.locate import (  # noqa: F401 (re-exported by tfxformer.serving)
     resolve,
@@ -126,7 +127,9 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
             (the paper's 4, 0.6, 50).
         batch_size: sentences per translation call.
         precision: compute type of a run dir's or preset dir's model ("fp32", "bf16",
-            "fp16"); a SavedModel computes in the type it was exported with.
+            "fp16", or "auto": bf16 where this CPU has AVX512_BF16 or AMX, else fp32,
+            :func:`tfxformer.precision.resolve`); a SavedModel computes in the type it was
+            exported with ("auto" accepts that).
         checkpoint: a run dir's checkpoint prefix (default:
             :func:`tfxformer.rundir.find_checkpoint`).
         target_language: the language a multilingual model translates into (one of its
@@ -145,6 +148,7 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
     source = resolve(path, KINDS, "load_translate_fn")
     kind, resolved = source.kind, source.path
     if kind in ("run_dir", "preset"):
+        precision, _ = machine_precision.resolve(precision)
         model, record, spm_bytes = pretrained.load_source(Transformer, resolved, checkpoint,
                                                           precision, "load_translate_fn")
         return make_translate_fn(model, spm_bytes, beam_size, alpha, extra_length,
@@ -155,7 +159,7 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
                                  reverse_target=record.reverse_target)
     for name, value, default in (("precision", precision, "fp32"),
                                  ("checkpoint", checkpoint, None)):
-        if value != default:
+        if value != default and not (name == "precision" and value == machine_precision.AUTO):
             raise ValueError(f"`{name}` {value!r} applies to run dirs; {resolved!r} is "
                              f"{source.what}, which computes as it was exported.")
     loaded = _load_saved_model(resolved)

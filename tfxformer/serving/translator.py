@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfxformer import multilingual
+from tfxformer import checks, multilingual
 from tfxformer.config import DecodingOptions
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding import beam_search, greedy_decode
@@ -17,6 +17,7 @@ from tfxformer.decoding.scoring import score_ragged
 from tfxformer.decoding.shortlist import check_table, shortlist_ids
 from tfxformer.ids import EOS_ID
 from tfxformer.serving import steering
+from tfxformer.serving.compiled import CompiledSearch
 
 # Raw input is cut to this many characters per allowed token before tokenizing, so a
 # huge string costs little: a BPE piece spans at most 16 characters (SentencePiece's
@@ -123,6 +124,10 @@ class Translator(tf.Module):
             pieces are put back in reading order before detokenizing
             (:meth:`detokenize`), and each target given to `score` is reversed before it
             is scored. An export takes it from the run record (`train.reverse_target`).
+        xla_max_batch: chunks of at most this many sentences run an XLA-compiled beam
+            search (:mod:`tfxformer.serving.compiled`: a smaller fixed cost per decoder
+            step, one program per padded shape); 0 (the default here; exports default
+            to :data:`tfxformer.serving.compiled.DEFAULT_MAX_BATCH`) turns it off.
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
@@ -153,7 +158,7 @@ class Translator(tf.Module):
     def __init__(self, model, sentencepiece_model: bytes, beam_size=None, alpha=None,
                  extra_length=None, max_batch_size=None, max_input_tokens=None,
                  max_output_tokens=None, name="translator", shortlist=None, stopping=None,
-                 length_normalization=None, reverse_target=False):
+                 length_normalization=None, reverse_target=False, xla_max_batch=0):
         super().__init__(name=name)
         self.reverse_target = bool(reverse_target)
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
@@ -180,6 +185,12 @@ class Translator(tf.Module):
         self.max_batch_size = self.options.batch_size
         self.max_input_tokens = self.options.max_input_tokens
         self.max_output_tokens = self.options.max_output_tokens
+        # Chunks of at most xla_max_batch sentences run an XLA-compiled search.
+        self.xla_max_batch = checks.integer(xla_max_batch, "xla_max_batch", 0)
+        self.compiled_search = None if not self.xla_max_batch else CompiledSearch(
+            self.model, self.beam_size, self.extra_length, self.max_output_tokens,
+            self.max_input_tokens, self.options.stopping,
+            self.options.length_normalization, self.xla_max_batch)
         self.shortlist_info = None
         if shortlist is not None:
             table = check_table(shortlist, int(models[0].model_config.vocab_size))
@@ -516,10 +527,16 @@ class Translator(tf.Module):
             key = fold_seed(seed_key(options["seed"]), chunk)
             out = greedy_decode(self.model, source, **{**options, "seed": key}, **limits)
             return out.ids, out.lengths, out.scores
-        out = beam_search(self.model, source, **options, **limits,
-                          stopping=self.options.stopping,
-                          length_normalization=self.options.length_normalization)
-        return out.ids[:, 0], out.lengths[:, 0], out.scores[:, 0]
+
+        def graph():
+            out = beam_search(self.model, source, **options, **limits,
+                              stopping=self.options.stopping,
+                              length_normalization=self.options.length_normalization)
+            return out.ids[:, 0], out.lengths[:, 0], out.scores[:, 0]
+
+        if self.compiled_search is None or shortlist is not None:
+            return graph()
+        return self.compiled_search.or_else(source, options, graph)
 
 
 def _listed(languages):

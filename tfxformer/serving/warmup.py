@@ -16,7 +16,7 @@ import tensorflow as tf
 
 __all__ = [
     "BATCHABLE_SIGNATURES", "LONG_TEXT", "SHORT_TEXT", "batching_parameters",
-    "read_warmup_records", "signature_inputs",
+    "bucket_texts", "read_warmup_records", "signature_inputs",
 ]
 
 _EXTRA_DIR = "assets.extra"
@@ -95,10 +95,43 @@ def warmup_requests(translator, signatures=BATCHABLE_SIGNATURES, batch_sizes=Non
                     request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
                 logs.append(prediction_log_pb2.PredictionLog(
                     predict_log=prediction_log_pb2.PredictLog(request=request)))
+    if "serving_default" in signatures:  # the compiled programs are the signatures' own
+        for text in bucket_texts(translator):
+            logs.append(_request(predict_pb2, prediction_log_pb2, translator,
+                                 "serving_default", [text]))
     if len(logs) > _MAX_RECORDS:
         raise ValueError(f"{len(logs)} warm-up records; TF Serving reads at most "
                          f"{_MAX_RECORDS}.")
     return logs
+
+
+def _request(predict_pb2, prediction_log_pb2, translator, signature, texts):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.signature_name = signature
+    for name, value in signature_inputs(translator, signature, texts).items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+    return prediction_log_pb2.PredictionLog(
+        predict_log=prediction_log_pb2.PredictLog(request=request))
+
+
+def bucket_texts(translator):
+    """One text per source-length bucket of the translator's XLA-compiled search
+    (:class:`tfxformer.serving.compiled.CompiledSearch`; none without it): LONG_TEXT's
+    words repeated until its pieces (and EOS) pass the bucket below, so replaying them at
+    load compiles every program a lone sentence can need."""
+    compiled = getattr(translator, "compiled_search", None)
+    if compiled is None:
+        return []
+    import sentencepiece
+
+    sp = sentencepiece.SentencePieceProcessor(model_proto=translator.sentencepiece_model)
+    words, texts, below, count = LONG_TEXT.split(), [], 0, 0
+    for bucket in compiled.length_buckets:
+        while len(sp.encode(" ".join(words[i % len(words)] for i in range(count)))) < below:
+            count += 1
+        texts.append(" ".join(words[i % len(words)] for i in range(count)) or SHORT_TEXT)
+        below = bucket
+    return texts
 
 
 def write_warmup_records(version_dir, logs):

@@ -1,0 +1,163 @@
+"""The XLA-compiled search of a translator's small chunks (tfxformer.serving.compiled): the
+same translations as the graph path, bounded programs, and the export records it."""
+
+import json
+import os
+
+import pytest
+import tensorflow as tf
+from conftest import TINY_EXPORT_OPTIONS, TINY_EXPORT_POSITIONS
+from test_serving_cpp import program  # noqa: F401  (the C++ program, a fixture)
+
+from tfxformer.serving.compiled import CompiledSearch, buckets
+
+TEXTS = ["A dog runs in the park.", "Two men are playing football on a green field.", "x",
+         "The small brown dog runs after the ball along the white line near the church."]
+
+
+def test_buckets():
+    assert buckets(128, 16) == (16, 32, 64, 128)
+    assert buckets(100, 16) == (16, 32, 64, 100)
+    assert buckets(10, 16) == (10,)
+    assert buckets(1) == (1,)
+    assert buckets(4) == (1, 2, 4)
+    with pytest.raises(ValueError, match="limit"):
+        buckets(0)
+
+
+def _translators(spm_model, xla_max_batch=1):
+    from tfxformer import Transformer
+    from tfxformer.serving import Translator
+
+    tf.random.set_seed(3)
+    model = Transformer.from_preset("tiny", vocab_size=320, max_positions=TINY_EXPORT_POSITIONS)
+    # Sources of at most 16 tokens: one length bucket, so each path compiles one program.
+    options = dict(TINY_EXPORT_OPTIONS, max_input_tokens=16)
+    graph = Translator(model, spm_model, **options)
+    compiled = Translator(model, spm_model, xla_max_batch=xla_max_batch, **options)
+    return graph, compiled
+
+
+def test_same_translations_as_the_graph_path(spm_model):
+    graph, compiled = _translators(spm_model)
+    assert isinstance(compiled.compiled_search, CompiledSearch)
+    assert graph.compiled_search is None
+    # One sentence runs the compiled search (padded to its bucket), two the graph path
+    # (above xla_max_batch; so does a beam size other than the export's: the next test).
+    for texts in ([TEXTS[0]], [TEXTS[1]], [TEXTS[2]], [TEXTS[3]], TEXTS[:2]):
+        want, got = graph(tf.constant(texts)), compiled(tf.constant(texts))
+        assert got["translation"].numpy().tolist() == want["translation"].numpy().tolist()
+        assert got["score"].numpy() == pytest.approx(want["score"].numpy(), abs=1e-4)
+
+
+def test_applies_only_to_the_compiled_options(spm_model):
+    _, compiled = _translators(spm_model)
+    search = compiled.compiled_search
+    source = tf.ones([2, 5], tf.int32)
+    assert bool(search.applies(source[:1], dict(beam_size=3, extra_length=4)))
+    assert not bool(search.applies(source, dict(beam_size=3, extra_length=4)))
+    assert not bool(search.applies(source[:1], dict(beam_size=2, extra_length=4)))
+    assert not bool(search.applies(source[:1], dict(beam_size=tf.constant(3),
+                                                    extra_length=tf.constant(5))))
+
+
+@pytest.fixture(scope="module")
+def xla_export(spm_model, tmp_path_factory):
+    """(graph-path translator, version dir of the same weights exported with the compiled
+    search of lone sentences, as exports default)."""
+    from tfxformer.serving import export_translator
+
+    graph, compiled = _translators(spm_model)  # xla_max_batch 1, as exports default
+    folder = tmp_path_factory.mktemp("xla_export")
+    return graph, compiled, export_translator(compiled, str(folder / "tiny"),
+                                              config={"src": "en", "tgt": "de"})
+
+
+@pytest.mark.slow  # exports and loads a SavedModel
+def test_export_records_it_and_loads(xla_export):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from tfxformer.serving.warmup import read_warmup_records
+
+    graph, compiled, version = xla_export
+    with open(os.path.join(version, "assets", "config.json")) as f:
+        assert json.load(f)["xla_max_batch"] == 1
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(version, "saved_model.pb"), "rb") as f:
+        saved.ParseFromString(f.read())
+    compiled_functions = [f for f in saved.meta_graphs[0].graph_def.library.function
+                          if f.attr["_XlaMustCompile"].b]
+    assert len(compiled_functions) == 1  # one program source, shared by the signatures
+    # A warm-up record per length bucket, one sentence each (XLA compiles them at load).
+    lone = [log for log in read_warmup_records(version)
+            if log.predict_log.request.model_spec.signature_name == "serving_default"
+            and log.predict_log.request.inputs["text"].tensor_shape.dim[0].size == 1]
+    assert len(lone) >= len(compiled.compiled_search.length_buckets) == 1
+    loaded = tf.saved_model.load(version).signatures["serving_default"]
+    for text in TEXTS:
+        want = graph(tf.constant([text]))["translation"].numpy().tolist()
+        assert loaded(text=tf.constant([text]))["translation"].numpy().tolist() == want
+
+
+@pytest.mark.slow  # compiles and runs a C++ program
+def test_cpp_loader_runs_the_compiled_search(program, xla_export, tmp_path):  # noqa: F811
+    """TF Serving's load-and-run path (tests/cpp, test_serving_cpp.py's program) replays
+    the lone-sentence warm-up records through the XLA-compiled search and answers as the
+    graph path does."""
+    import subprocess
+
+    from test_serving_cpp import OP_LIBRARY
+
+    from tfxformer.serving.warmup import read_warmup_records
+
+    graph, _, version = xla_export
+    # The lone-sentence records of serving_default (those the compiled search runs).
+    requests = [log for log in read_warmup_records(version)
+                if log.predict_log.request.model_spec.signature_name == "serving_default"]
+    warmup = str(tmp_path / "requests.tfrecord")
+    with tf.io.TFRecordWriter(warmup) as writer:
+        for log in requests:
+            writer.write(log.SerializeToString())
+    output = str(tmp_path / "out.tfrecord")
+    result = subprocess.run([program, OP_LIBRARY, version, output, warmup], capture_output=True,
+                            timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
+    records = [r.numpy() for r in tf.data.TFRecordDataset(output)]  # name, tensor, ...
+    translations = []
+    for i in range(0, len(records), 2):
+        if records[i] == b"serving_default/translation":
+            proto = tf.make_tensor_proto(0)
+            proto.ParseFromString(records[i + 1])
+            translations.append(tf.make_ndarray(proto))
+    assert len(translations) == len(requests)
+    for log, got in zip(requests, translations, strict=True):
+        texts = tf.make_ndarray(log.predict_log.request.inputs["text"])
+        assert got.tolist() == graph(tf.constant(texts))["translation"].numpy().tolist()
+
+
+def test_export_precision_auto(monkeypatch):
+    """`--precision auto`: bf16 where the exporting CPU has BF16 instructions, else fp32,
+    with the reason config.json records."""
+    from tfxformer import precision
+    from tfxformer.serving import export
+
+    for flags, want in (({"avx2", "avx512_bf16"}, "bf16"), ({"avx2", "amx_bf16"}, "bf16"),
+                        ({"avx2", "avx512f"}, "fp32")):
+        monkeypatch.setattr(precision, "this_machine",
+                            lambda flags=flags: precision.Machine(frozenset(flags)))
+        chosen, reason = export.export_precision("auto")
+        assert chosen == want and reason.startswith("auto: CPU only")
+    monkeypatch.setattr(precision, "this_machine", lambda: precision.Machine(None, ((7, 0),)))
+    assert export.export_precision("auto")[0] == "fp32"  # a GPU's fp16: exports run fp32/bf16
+    assert export.export_precision("bf16") == ("bf16", "given (`precision`)")
+    with pytest.raises(ValueError, match="'fp16' not in"):
+        export.export_precision("fp16")
+
+
+def test_config_records_precision_reason_and_xla(spm_model):
+    from tfxformer.serving.export import _asset_config
+
+    _, compiled = _translators(spm_model)
+    config = _asset_config(compiled, {"src": "en", "tgt": "de"}, "auto: CPU only, with amx_bf16")
+    assert config["precision_reason"] == "auto: CPU only, with amx_bf16"
+    assert config["xla_max_batch"] == 1
