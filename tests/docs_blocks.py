@@ -262,12 +262,6 @@ def set_flag(args, flag, value, only_if_present=False, cap=None):
 
 def rewrite_args(script, args, tiny_corpus, scratch):
     """The cheap form of `python SCRIPT ARGS` (the rules of tests/test_docs_run.py)."""
-    out = []
-    for arg in args:
-        if arg.startswith("/tmp/"):
-            arg = os.path.join(scratch, "tmp", arg[len("/tmp/"):])
-        out.append(arg)
-    args = out
     if script == "scripts/train_wmt.py":
         if flag_value(args, "--init-from") is None:
             args = set_flag(args, "--preset", "tiny")
@@ -300,7 +294,10 @@ def tiny(word, tiny_corpus):
 def rewrite(command, tiny_corpus, scratch):
     """The shell text run for one documented line: every `python scripts/NAME.py ...` of it
     rewritten by rewrite_args, the rest unchanged."""
-    tokens = [tiny(token, tiny_corpus) for token in tokenize(command)]
+    # /tmp/ first: the tiny corpus may well be in /tmp.
+    tokens = [tiny(os.path.join(scratch, "tmp", token[len("/tmp/"):])
+                   if token.startswith("/tmp/") else token, tiny_corpus)
+              for token in tokenize(command)]
     out, i = [], 0
     while i < len(tokens):
         token = tokens[i]
