@@ -17,7 +17,8 @@ Steps, each cached in --work (rerun to add a beam size or a scorer):
    (tfxformer.bleu.multi30k_bleu against DATA/tok/SET.lc.norm.tok.TGT);
 4. the best weighting against the model's own output (the first candidate of the beam-4
    list, which is what the export translates): sacreBLEU's paired bootstrap (1,000
-   resamples) over the set's sentences, and a 2-fold check (weights tuned on one half of
+   resamples) over the set's sentences, the bootstrap spread of the BLEU difference, and a
+   2-fold check (weights tuned on one half of
    the set, scored on the other) of how much of the gain the choice of weights itself
    explains.
 """
@@ -189,6 +190,30 @@ def bootstrap(baseline, chosen, references, samples=1000):
             "reranked_mean": other.mean, "reranked_ci": other.ci}
 
 
+def paired_delta(baseline, chosen, references, samples=1000, seed=12345):
+    """The BLEU difference `chosen` - `baseline` (tokenized hypotheses) and its spread over
+    `samples` bootstrap resamples of the sentences: (difference, sd, 2.5 and 97.5
+    percentiles, share of resamples where it is <= 0)."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU(tokenize="none", force=True)
+
+    def statistics(hypotheses):
+        return np.array([metric._extract_corpus_statistics([h], [[r]])[0]
+                         for h, r in zip(hypotheses, references, strict=True)])
+
+    def bleu(rows):
+        return metric._compute_score_from_stats(list(rows.sum(0))).score
+
+    base, other = statistics(baseline), statistics(chosen)
+    draws = np.random.default_rng(seed).integers(0, len(references),
+                                                 size=(samples, len(references)))
+    deltas = np.array([bleu(other[d]) - bleu(base[d]) for d in draws])
+    return (bleu(other) - bleu(base), deltas.std(), np.percentile(deltas, 2.5),
+            np.percentile(deltas, 97.5), float(np.mean(deltas <= 0)))
+
+
 def two_fold(features, grader, weightings, size):
     """Weights tuned on one half of the set (even / odd lines), scored on the other: the
     gain over forward on held-out halves, summed as a whole-set BLEU of the two halves."""
@@ -277,12 +302,16 @@ def main():
         base_k, base_first, base_grader = baseline
         test = bootstrap(base_grader.hypotheses(base_first), grader.hypotheses(index),
                          references)
+        delta = paired_delta(base_grader.hypotheses(base_first), grader.hypotheses(index),
+                             references)
         held_out, picks = two_fold(features, grader, weightings, len(sources))
         print(f"best: {best[1]} {best[0]:.2f} against the model's output (beam {base_k}) "
               f"{base_grader.bleu(base_first):.2f}: paired bootstrap p = "
               f"{test['p_value']:.4f}, baseline {test['baseline_mean']:.2f} ± "
               f"{test['baseline_ci']:.2f}, reranked {test['reranked_mean']:.2f} ± "
-              f"{test['reranked_ci']:.2f} (95%); 2-fold held-out {held_out:.2f} "
+              f"{test['reranked_ci']:.2f} (95%); the difference {delta[0]:+.2f}, bootstrap "
+              f"sd {delta[1]:.2f}, 95% [{delta[2]:+.2f}, {delta[3]:+.2f}], <= 0 in "
+              f"{delta[4]:.1%} of the resamples; 2-fold held-out {held_out:.2f} "
               f"(picked: {picks[0]} | {picks[1]})", flush=True)
 
 
