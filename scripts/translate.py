@@ -17,7 +17,11 @@ beam search (back-translation, Edunov et al., 2018), reproducible with --seed:
         < mono.de > sampled.en
 
 With --n-best K each line gets its K best translations as Moses n-best lines,
-"i ||| translation ||| score" (i counts input lines from 0; docs/steering.md).
+"i ||| translation ||| score" (i counts input lines from 0; docs/steering.md);
+--no-repeat-ngram-size, --repetition-penalty and --target-prefix-file steer the output:
+
+    python scripts/translate.py --model saved_models/en_de --target-prefix-file starts.de \
+        --n-best 3 < input.en
 """
 
 from __future__ import annotations
@@ -85,6 +89,17 @@ def parse_args(argv=None):
                           help="print each line's K best translations (K <= the beam size) "
                                "as Moses n-best lines 'i ||| translation ||| score', i the "
                                "input line from 0, best first")
+    steering.add_argument("--no-repeat-ngram-size", type=cli.int_at_least(0), metavar="N",
+                          help="never repeat an n-gram of N tokens in an output (0 = off) "
+                               "(default: 0)")
+    steering.add_argument("--repetition-penalty", type=cli.float_in(0.0, float("inf")),
+                          metavar="P", help="divide the positive logits of tokens an output "
+                          "already holds by P and multiply their negative ones (P > 1 "
+                          "discourages repeats; 1 = off) (default: 1)")
+    steering.add_argument("--target-prefix-file", metavar="FILE",
+                          help="one target prefix per input line (an empty line = none): "
+                               "each output starts with it; with --n-best K > 1 the list "
+                               "holds the K best alternatives after it")
     ct2 = parser.add_argument_group("CTranslate2", "for a CTranslate2 model directory only")
     ct2.add_argument("--compute-type", metavar="TYPE",
                      help="CTranslate2's compute type: default (the type its weights were "
@@ -131,9 +146,14 @@ def _check_sampling_flags(parser, args):
             parser.error(f"{', '.join(given)} need --sampling-topk K (0 = the whole "
                          "vocabulary, K > 1 = the K most probable tokens)")
         return
-    if args.n_best is not None:
-        parser.error("--n-best lists beam search's hypotheses; it does not go with "
-                     "--sampling-topk")
+    steered = [flag for flag, value in (("--n-best", args.n_best),
+                                        ("--no-repeat-ngram-size", args.no_repeat_ngram_size),
+                                        ("--repetition-penalty", args.repetition_penalty),
+                                        ("--target-prefix-file", args.target_prefix_file))
+               if value is not None]
+    if steered:
+        parser.error(f"{', '.join(steered)} steer beam search (the translate_nbest "
+                     "signature); they do not go with --sampling-topk")
     if args.beam_size not in (None, 1):
         parser.error(f"--sampling-topk samples one translation per line: --beam-size must be "
                      f"1 or left out, got {args.beam_size}")
@@ -156,6 +176,52 @@ def translate_stream(translate, lines, batch_size):
     yield from translate_in_length_order(translate, buffer, batch_size)
 
 
+def steered(args) -> bool:
+    """Whether a flag asks for the `translate_nbest` signature (n-best lists, repetition
+    control or target prefixes)."""
+    return any(value is not None for value in (
+        args.n_best, args.no_repeat_ngram_size, args.repetition_penalty,
+        args.target_prefix_file))
+
+
+class Steered:
+    """An n-best function whose per-line warnings (a prefix cut or ignored) go to
+    stderr; with `best`, `translate(lines) -> list[str]`, the first of each list."""
+
+    def __init__(self, nbest, best=False):
+        self.nbest, self.best = nbest, best
+
+    def __call__(self, lines):
+        lists = self.nbest(lines)
+        for line, warning in zip(lines, getattr(self.nbest, "warnings", []), strict=False):
+            if warning:
+                text = getattr(line, "text", line)
+                print(f"warning: {text[:60]!r}: {warning}", file=sys.stderr)
+        return [row[0].text if row else "" for row in lists] if self.best else lists
+
+    def describe(self):
+        return self.nbest.describe()
+
+
+def with_prefixes(lines, path):
+    """The input lines paired with the lines of the prefix file `path`
+    (:class:`tfxformer.serving.nbest.Line`); exits with an error if the counts differ."""
+    from tfxformer.serving.nbest import Line
+
+    number = 0
+    with open(path, "rb") as f:
+        for number, line in enumerate(lines, 1):
+            prefix = f.readline()
+            if not prefix:
+                sys.exit(f"translate.py: error: --target-prefix-file {path!r} has "
+                         f"{number - 1} lines; the input has more: give one prefix (or an "
+                         "empty line) per input line.")
+            yield Line(line, prefix.rstrip(b"\r\n"))
+        if f.readline():
+            sys.exit(f"translate.py: error: --target-prefix-file {path!r} has more lines "
+                     f"than the input ({number}).")
+
+
 def load(args):
     """The translate function the flags ask for: beam search, or sampling."""
     from tfxformer.locate import KINDS, resolve
@@ -168,15 +234,17 @@ def load(args):
     if args.sampling_topk is None:  # any model dir, CTranslate2's too
         rules = {k: v for k, v in (("stopping", args.stopping),
                                    ("length_normalization", args.length_normalization)) if v}
-        if args.n_best is not None:
+        if steered(args):
             from tfxformer.serving.ctranslate2 import load_nbest_fn
 
-            return load_nbest_fn(args.model, args.n_best, beam_size=args.beam_size,
-                                 alpha=args.alpha, extra_length=args.extra_length,
-                                 batch_size=args.batch_size,
-                                 target_language=args.target_language,
-                                 compute_type=args.compute_type, threads=args.threads,
-                                 **rules)
+            nbest = load_nbest_fn(args.model, args.n_best or 1, beam_size=args.beam_size,
+                                  alpha=args.alpha, extra_length=args.extra_length,
+                                  batch_size=args.batch_size,
+                                  target_language=args.target_language,
+                                  compute_type=args.compute_type, threads=args.threads,
+                                  no_repeat_ngram_size=args.no_repeat_ngram_size,
+                                  repetition_penalty=args.repetition_penalty, **rules)
+            return Steered(nbest, best=args.n_best is None)
         return load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
                                  extra_length=args.extra_length, batch_size=args.batch_size,
                                  target_language=args.target_language,
@@ -211,6 +279,8 @@ def main(argv=None):
     from tqdm import tqdm
 
     lines = (line.rstrip(b"\r\n") for line in sys.stdin.buffer)
+    if args.target_prefix_file:
+        lines = with_prefixes(lines, args.target_prefix_file)
     count, words, start = 0, 0, time.perf_counter()
     with tqdm(unit=" sent", file=sys.stderr, desc="translating") as progress:
         for text in translate_stream(translate, lines, args.batch_size):

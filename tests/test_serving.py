@@ -470,7 +470,7 @@ def test_batchable_signatures_are_batch_major(export_dir):
         tensors = {**signatures[name].inputs, **signatures[name].outputs}
         assert set(signatures[name].outputs) == {
             "score": {"log_prob", "mean_log_prob", "token_log_probs", "length", "truncated"},
-            "translate_nbest": {"translations", "scores", "truncated"}}.get(
+            "translate_nbest": {"translations", "scores", "truncated", "warning"}}.get(
                 name, {"translation", "score", "truncated"})
         for key, info in tensors.items():
             dims = [d.size for d in info.tensor_shape.dim]
@@ -482,7 +482,8 @@ def test_batchable_signatures_are_batch_major(export_dir):
     assert sorted(scalars) == ["alpha", "beam_size", "extra_length"]  # kept as before
     assert set(signatures["score"].inputs) == {"text", "target"}
     assert set(signatures["translate_nbest"].inputs) == {
-        "text", "beam_size", "alpha", "extra_length", "max_input_tokens", "num_hypotheses"}
+        "text", "beam_size", "alpha", "extra_length", "max_input_tokens", "num_hypotheses",
+        "no_repeat_ngram_size", "repetition_penalty", "target_prefix"}
     scalars = [k for k, v in signatures["translate_sampled"].inputs.items()
                if not v.tensor_shape.dim]
     assert sorted(scalars) == ["extra_length", "sampling_temperature", "sampling_topk",
@@ -535,7 +536,7 @@ def test_warmup_records_replay_in_a_fresh_process(fresh_process):
             continue
         if record["signature"] == "translate_nbest":  # n-best lists of the beam size
             assert record["outputs"] == {"translations": [size, 3], "scores": [size, 3],
-                                         "truncated": [size]}
+                                         "truncated": [size], "warning": [size]}
             continue
         assert record["outputs"] == {k: [size] for k in ("score", "translation", "truncated")}
         assert (record["translation"][-1] == "") == (size > 1)  # a blank input in the batch

@@ -8,9 +8,10 @@ import tensorflow as tf
 from conftest import tiny_export_translator
 from test_serving import ROBUST_INPUTS, run_script
 
+from tfxformer import pretrained
 from tfxformer.decoding import EOS_ID, beam_search
 from tfxformer.serving import load_nbest_fn
-from tfxformer.serving.nbest import Hypothesis, moses_lines
+from tfxformer.serving.nbest import Hypothesis, Line, moses_lines
 
 SOURCES = ["A dog runs in the park.", "Two men are talking.", "", "A woman sings.",
            "The children play football on the green field."]
@@ -28,13 +29,17 @@ def processor(spm_model):
 
 
 def nbest_inputs(size, beam_size=3, num_hypotheses=3, alpha=0.6, extra_length=4,
-                 max_input_tokens=48):
+                 max_input_tokens=48, no_repeat_ngram_size=0, repetition_penalty=1.0,
+                 target_prefix=""):
     """The per-text inputs of `translate_nbest` after `text`, each (size,) (a list gives
-    one value per text)."""
+    one value per text); the steering options off by default."""
     values = dict(beam_size=(beam_size, tf.int32), alpha=(alpha, tf.float32),
                   extra_length=(extra_length, tf.int32),
                   max_input_tokens=(max_input_tokens, tf.int32),
-                  num_hypotheses=(num_hypotheses, tf.int32))
+                  num_hypotheses=(num_hypotheses, tf.int32),
+                  no_repeat_ngram_size=(no_repeat_ngram_size, tf.int32),
+                  repetition_penalty=(repetition_penalty, tf.float32),
+                  target_prefix=(target_prefix, tf.string))
     return {name: tf.broadcast_to(tf.constant(value, dtype), [size])
             for name, (value, dtype) in values.items()}
 
@@ -102,6 +107,69 @@ def test_nbest_rejects_bad_counts(translator):
                                    **{**nbest_inputs(2), "num_hypotheses": tf.constant([1])})
 
 
+def test_prefixes_and_repetition_control_in_the_signature(translator):
+    """A prefix starts every hypothesis; with one and more than one hypothesis the list
+    holds the alternatives after it, each a different next piece, in the order of their
+    probabilities; repetition options reach the search; hostile prefixes are flagged."""
+    texts = tf.constant(SOURCES[:2] + [SOURCES[3]])
+    prefixes = ["Ein Hund", "Zwei", ""]
+    out = translator.translate_nbest(texts, **nbest_inputs(3, target_prefix=prefixes))
+    lists = _lists(out)
+    for row, prefix in zip(lists[:2], prefixes, strict=False):
+        assert all(t.startswith(prefix) for t in row), row
+    free = translator.translate_nbest(texts[2:], **nbest_inputs(1))
+    assert lists[2] == _lists(free)[0]  # no prefix: the usual n-best list
+    one = translator.translate_nbest(texts[:1], **nbest_inputs(1, num_hypotheses=1,
+                                                               target_prefix="Ein Hund"))
+    assert _lists(one)[0][0].startswith("Ein Hund")
+    plain = translator.translate_nbest(texts, **nbest_inputs(3))
+    banned = translator.translate_nbest(texts, **nbest_inputs(3, no_repeat_ngram_size=1,
+                                                              repetition_penalty=1.5))
+    assert _lists(plain) != _lists(banned)  # the rules themselves: the CTranslate2 test
+    hostile = translator.translate_nbest(tf.constant(["A dog.", "A dog.", "", "A dog."]),
+                                         **nbest_inputs(4, target_prefix=[
+                                             "Hund " * 200, b"\xff\xfe Hund", "Hund", ""]))
+    warnings = [w.decode() for w in hostile["warning"].numpy()]
+    assert warnings[0].startswith("target_prefix cut to ") and "invalid UTF-8" in warnings[1]
+    assert warnings[2] == "blank text: target_prefix ignored" and warnings[3] == ""
+    assert _lists(hostile)[2] == ["", "", ""]
+    for bad, message in ((dict(no_repeat_ngram_size=-1), "`no_repeat_ngram_size` must be"),
+                         (dict(repetition_penalty=0.0), "`repetition_penalty` must be > 0")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            translator.translate_nbest(texts[:1], **nbest_inputs(1, **bad))
+
+
+def test_alternatives_are_the_most_probable_next_pieces_each_continued(translator,
+                                                                       processor):
+    """After the prefix come the most probable pieces (EOS left out), most probable first,
+    each the start of its own search's best continuation."""
+    from tfxformer.decoding import score_targets
+    from tfxformer.serving import steering
+
+    source = translator.tokenize(tf.constant([SOURCES[0]])).to_tensor()
+    prefix = processor.encode("Ein Hund")
+    first = dict(beam_size=tf.constant(3), alpha=tf.constant(0.6),
+                 extra_length=tf.constant(4))
+    steer = steering.chunk_steering(tf.constant([0]), tf.constant([1.0]),
+                                    tf.ragged.constant([prefix]))
+
+    def search(source, steer, beams, stop_after):
+        return translator._steered_search(source, first, steer, beams, stop_after, None)
+
+    def ids_text(ids, lengths):
+        kept = tf.RaggedTensor.from_tensor(ids, lengths=lengths)
+        return tf.strings.reduce_join(tf.strings.as_string(kept), axis=1, separator=" ")
+
+    texts, _ = steering.alternatives(search, source, steer, tf.constant([3]), 3, ids_text)
+    hypotheses = [[int(t) for t in row.split()] for row in texts.numpy()[0]]
+    assert all(h[:len(prefix)] == prefix for h in hypotheses)
+    after = [h[len(prefix)] for h in hypotheses]
+    assert len(set(after)) == 3 and EOS_ID not in after
+    scored = score_targets(translator.model, tf.repeat(source, 3, axis=0),
+                           [prefix + [token] for token in after])
+    assert np.all(np.diff(scored.scores.numpy()) <= 0)  # most probable first
+
+
 def test_python_function_on_the_saved_model_gives_the_graphs_lists(tiny_export,
                                                                     translator):
     """load_nbest_fn on the export (its `translate_nbest` signature) returns the lists of
@@ -116,17 +184,21 @@ def test_python_function_on_the_saved_model_gives_the_graphs_lists(tiny_export,
     np.testing.assert_allclose([h.score for row in lists for h in row],
                                [s for r in expected for _, s in r], rtol=1e-5)
     assert lists[2] == [Hypothesis("", 0.0)]
+    prefixed = nbest([Line(SOURCES[0], "Ein Hund"), SOURCES[1]])
+    assert all(h.text.startswith("Ein Hund") for h in prefixed[0]) and nbest.warnings == [
+        "", ""]
+    assert [h.text for h in prefixed[1]] == [h.text for h in lists[1]]
     assert moses_lines(7, [Hypothesis("Ein\nHund", -1.5)]) == ["7 ||| Ein Hund ||| -1.500000"]
     with pytest.raises(ValueError, match="`num_hypotheses` 4 must be <= the beam size 3"):
         load_nbest_fn(tiny_export, num_hypotheses=4)
 
 
 @pytest.mark.slow
-def test_translate_script_prints_moses_nbest_lines(tiny_export, translator):
+def test_translate_script_prints_moses_nbest_lines(tiny_export, translator, tmp_path):
     stdout = run_script("translate", ["--model", tiny_export, "--n-best", "2",
                                       "--batch-size", "3"],
                         stdin="".join(s + "\n" for s in SOURCES).encode())
-    rows = [line.split(" ||| ") for line in stdout.splitlines()]
+    rows = [line.split(" ||| ") for line in stdout.split("\n")[:-1]]
     here = translator.translate_nbest(tf.constant(SOURCES),
                                       **nbest_inputs(5, num_hypotheses=2))
     expected = [(str(i), " ".join(t.split()), s) for i, (row, scores) in enumerate(zip(
@@ -135,6 +207,17 @@ def test_translate_script_prints_moses_nbest_lines(tiny_export, translator):
     assert [r[:2] for r in rows] == [list(e[:2]) for e in expected]
     np.testing.assert_allclose([float(r[2]) for r in rows], [e[2] for e in expected],
                                atol=1e-4)
+    prefixes = tmp_path / "prefixes"
+    prefixes.write_text("Ein Hund\n\n\nEine Frau\n\n")
+    stdout = run_script("translate", ["--model", tiny_export, "--target-prefix-file",
+                                      str(prefixes), "--repetition-penalty", "1.3"],
+                        stdin="".join(s + "\n" for s in SOURCES).encode())
+    here = translator.translate_nbest(tf.constant(SOURCES), **nbest_inputs(
+        5, num_hypotheses=1, repetition_penalty=1.3,
+        target_prefix=["Ein Hund", "", "", "Eine Frau", ""]))
+    assert stdout.split("\n")[:-1] == [row[0].replace("\r", " ").replace("\n", " ")
+                                       for row in _lists(here)]
+    assert stdout.startswith("Ein Hund")
 
 
 # --- repetition control and the forced prefix in the searches (tfxformer.decoding.steering)
@@ -216,3 +299,39 @@ def test_a_forced_prefix_starts_every_hypothesis_and_keeps_one_alive(tiny_config
     assert make_steering(2) is None  # every option off: the search as without steering
     with pytest.raises(ValueError, match="`repetition_penalty` must be a number > 0"):
         make_steering(2, repetition_penalty=0.0)
+
+
+def test_repetition_control_decodes_as_ctranslate2(tiny_config, tmp_path):
+    """On the same weights our beam search with CTranslate2's rules (stop at beam-size
+    finished, |Y|^α) and its repetition options writes what CTranslate2 writes."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from tfxformer import Transformer
+    from tfxformer.decoding.steering import make_steering
+    from tfxformer.serving import ctranslate2 as ct2
+    from tfxformer.serving import ctranslate2_export as ct2_export
+
+    model = Transformer(tiny_config)
+    model.build()
+    pieces = list(ct2.SPECIAL_PIECES) + [f"t{i}" for i in range(4, tiny_config.vocab_size)]
+    weights = {pretrained.weight_key(w.path): w.numpy() for w in model.weights}
+    ct2_export.save_spec(ct2_export.build_spec(tiny_config, weights, pieces), str(tmp_path))
+    translator = ctranslate2.Translator(str(tmp_path), device="cpu", intra_threads=1)
+    rng = np.random.default_rng(1)
+    source = rng.integers(4, tiny_config.vocab_size, (4, 6)).astype(np.int32)
+    source[:, -1] = EOS_ID
+    extra, written = 8, {}
+    for beam, ngram, penalty in ((3, 0, 1.0), (3, 2, 1.0), (3, 0, 1.8), (1, 1, 1.0),
+                                 (2, 3, 0.7)):
+        ours = beam_search(model, source, beam_size=beam, alpha=1.0, extra_length=extra,
+                           stopping="finished", length_normalization="length",
+                           steering=make_steering(4, ngram, penalty))
+        theirs = translator.translate_batch(
+            [[pieces[i] for i in row] for row in source], beam_size=beam, length_penalty=1.0,
+            max_decoding_length=source.shape[1] + extra, suppress_sequences=[["<pad>"],
+                                                                             ["<s>"]],
+            repetition_penalty=penalty, no_repeat_ngram_size=ngram)
+        for row, result in zip(ours.ids.numpy()[:, 0], theirs, strict=True):
+            assert [pieces[i] for i in row if i not in (0, EOS_ID)] == \
+                result.hypotheses[0], (beam, ngram, penalty)
+        written[beam, ngram, penalty] = ours.ids.numpy()[:, 0].tolist()
+    assert written[3, 0, 1.0] != written[3, 2, 1.0] and written[3, 0, 1.0] != written[3, 0, 1.8]

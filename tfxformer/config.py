@@ -200,6 +200,12 @@ class DecodingOptions(_Settings):
             tokens whose probabilities sum to at least p are kept, after temperature
             and top-k (1.0: all; in (0, 1]). Temperature and top-p apply only when
             sampling (`sampling_topk` != 1).
+        no_repeat_ngram_size: n > 0 bans every token that would complete an n-gram the
+            output already holds (0: off; CTranslate2's option of that name).
+        repetition_penalty: p > 0 divides the positive logits of the tokens the output
+            already holds and multiplies their negative ones (1.0: off; > 1 discourages
+            repeats; CTranslate2's). Both apply in beam search, greedy decoding and
+            sampling (:mod:`tfxformer.decoding.steering`, docs/steering.md).
 
     An export fixes `stopping` and `length_normalization` in its graph; a stored dict
     without them (written before they existed) reads as "bound" and "gnmt", what it ran.
@@ -224,6 +230,8 @@ class DecodingOptions(_Settings):
     sampling_topk: int = 1
     sampling_temperature: float = 1.0
     sampling_topp: float = 1.0
+    no_repeat_ngram_size: int = 0
+    repetition_penalty: float = 1.0
 
     _old_names = _OLD_DECODING_NAMES
 
@@ -239,6 +247,13 @@ class DecodingOptions(_Settings):
         # α >= 0 makes the length penalty non-decreasing in |Y|, which beam search's early
         # stop relies on.
         object.__setattr__(self, "alpha", checks.number(self.alpha, "alpha", 0.0))
+        object.__setattr__(self, "no_repeat_ngram_size", checks.integer(
+            self.no_repeat_ngram_size, "no_repeat_ngram_size", 0))
+        penalty = checks.number(self.repetition_penalty, "repetition_penalty", 0.0)
+        if penalty == 0.0:
+            raise ValueError("`repetition_penalty` must be a number > 0 (1.0: off), got "
+                             f"{self.repetition_penalty!r}.")
+        object.__setattr__(self, "repetition_penalty", penalty)
         checks.choice(self.stopping, "stopping", STOPPING_RULES)
         checks.choice(self.length_normalization, "length_normalization",
                       LENGTH_NORMALIZATIONS)
@@ -287,6 +302,11 @@ class DecodingOptions(_Settings):
         if isinstance(data, cls):
             return data
         return cls(**{**_DECODING_BEFORE_RULES, **cls.upgrade(data)})
+
+    def repetition_options(self) -> dict:
+        """The two repetition controls (no_repeat_ngram_size, repetition_penalty)."""
+        return dict(no_repeat_ngram_size=self.no_repeat_ngram_size,
+                    repetition_penalty=self.repetition_penalty)
 
     def search_options(self) -> dict:
         """The three options a translation call takes (beam_size, alpha, extra_length)."""

@@ -52,7 +52,7 @@ from tfxformer.locate import (  # noqa: F401
 from tfxformer.locate import CT2_MARKER_FILENAME as MARKER_FILENAME
 from tfxformer.locate import is_ctranslate2_dir, read_ctranslate2_marker, resolve
 from tfxformer.serving.loading import load_translate_fn as load_saved_model_translate_fn
-from tfxformer.serving.nbest import Hypothesis
+from tfxformer.serving.nbest import Hypothesis, split_lines
 from tfxformer.serving.nbest import load_nbest_fn as load_saved_model_nbest_fn
 
 __all__ = ["MARKER_FILENAME", "QUANTIZATIONS", "Ct2NBestFn", "Ct2TranslateFn",
@@ -182,9 +182,9 @@ class Ct2TranslateFn:
                 hypotheses[i] = self._best(self._search([source], own))[0]
         return [self._sp.decode([p for p in pieces if p != EOS]) for pieces in hypotheses]
 
-    def _search(self, sources, limit=None, **options):
+    def _search(self, sources, limit=None, **extra):
         """Queues one batch (one length class): -> (its output limit, CTranslate2's
-        asynchronous results); `options` go to `translate_batch` too."""
+        asynchronous results); `extra` options go to `translate_batch` too."""
         options = self.decoding
         limit = limit or max(self._limit(s) for s in sources)
         gnmt = options.length_normalization == "gnmt"
@@ -195,32 +195,61 @@ class Ct2TranslateFn:
             sources, beam_size=options.beam_size, patience=self.patience,
             length_penalty=beta, return_end_token=gnmt, max_decoding_length=limit,
             max_input_length=0, max_batch_size=0, suppress_sequences=[["<pad>"], ["<s>"]],
-            asynchronous=True, **options)
+            repetition_penalty=options.repetition_penalty,
+            no_repeat_ngram_size=options.no_repeat_ngram_size, asynchronous=True, **extra)
 
     def nbest(self, lines, num_hypotheses=None) -> list[list[Hypothesis]]:
         """Each line's `num_hypotheses` (<= beam size; None: the beam size) best
         translations, best first, with CTranslate2's scores (its length penalty, as
         :meth:`_search` sets it), as :class:`tfxformer.serving.NBestFn` gives them; a
-        blank line's list is "" with score 0. A sentence whose hypotheses run past its own
-        output limit is decoded again alone with that limit."""
+        line may be a :class:`tfxformer.serving.nbest.Line` with a target prefix (its
+        pieces cut to the output limit less one; more than one hypothesis: CTranslate2's
+        `return_alternatives`). A blank line's list is "" with score 0. A sentence whose
+        hypotheses run past its own output limit is decoded again alone with that limit."""
         beam = self.options["beam_size"]
         count = beam if num_hypotheses is None else checks.integer(
             num_hypotheses, "num_hypotheses", 1, beam)
-        sources = [self._source(line) for line in lines]
+        texts, prefixes = split_lines(lines)
+        sources = [self._source(line) for line in texts]
+        prefixes = [self._prefix(p, s) for p, s in zip(prefixes, sources, strict=True)]
         outputs = [[Hypothesis("", 0.0)] for _ in sources]
-        search = dict(num_hypotheses=count, return_scores=True)
-        queued = [(rows, self._search([sources[i] for i in rows], **search))
-                  for rows in self._batches(sources)]
+        queued = []
+        for rows in self._batches(sources):
+            for steered in (False, True):  # lines without a prefix, then those with one
+                part = [i for i in rows if bool(prefixes[i]) == steered]
+                if part:
+                    search = self._nbest_options(count, [prefixes[i] for i in part], steered)
+                    queued.append((part, self._search([sources[i] for i in part],
+                                                      **search)))
         for rows, (limit, results) in queued:
             for i, result in zip(rows, results, strict=True):
                 found = self._hypotheses(result.result(), limit)
                 own = self._limit(sources[i])
                 if any(len(pieces) > own for pieces, _ in found):
-                    limit, (again,) = self._search([sources[i]], own, **search)
-                    found = self._hypotheses(again.result(), limit)
+                    again = self._nbest_options(count, [prefixes[i]], bool(prefixes[i]))
+                    limit, (retry,) = self._search([sources[i]], own, **again)
+                    found = self._hypotheses(retry.result(), limit)
                 outputs[i] = [Hypothesis(self._sp.decode([p for p in pieces if p != EOS]),
                                          float(score)) for pieces, score in found]
         return outputs
+
+    def _prefix(self, prefix, source) -> list[str]:
+        """A line's target prefix pieces, cut to its output limit less one ([] if none or
+        the line is blank)."""
+        if isinstance(prefix, bytes):
+            prefix = prefix.decode("utf-8", errors="replace")
+        if not prefix or not source:
+            return []
+        limit = self._limit(source) - 1
+        return self._sp.encode(prefix[:(limit + 1) * CHARS_PER_TOKEN], out_type=str)[:limit]
+
+    @staticmethod
+    def _nbest_options(count, prefixes, steered) -> dict:
+        """translate_batch's n-best options for a batch with (or without) prefixes."""
+        options = dict(num_hypotheses=count, return_scores=True)
+        if steered:
+            options.update(target_prefix=prefixes, return_alternatives=count > 1)
+        return options
 
     def _hypotheses(self, result, limit):
         """[(pieces, score)] of one CTranslate2 result, "</s>" last where it ended."""
@@ -347,11 +376,13 @@ class Ct2NBestFn:
 
 
 def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_length=None,
-                  batch_size=None, compute_type=None, threads=None, **saved_model_options):
+                  batch_size=None, compute_type=None, threads=None, no_repeat_ngram_size=None,
+                  repetition_penalty=None, **saved_model_options):
     """An n-best function for any model on disk: a :class:`Ct2NBestFn` for a CTranslate2
     directory of this package (`compute_type`, `threads` as :func:`load_ct2_translate_fn`),
     else :func:`tfxformer.serving.load_nbest_fn` (SavedModel, export dir, run dir; it takes
-    `saved_model_options`).
+    `saved_model_options`). `no_repeat_ngram_size` and `repetition_penalty`: repetition
+    control (None: off), CTranslate2's own options of those names.
 
     Raises:
         ValueError: an option that does not apply to that kind of model, `num_hypotheses`
@@ -360,6 +391,9 @@ def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_l
     if is_ctranslate2_dir(path):
         translate = load_translate_fn(path, beam_size, alpha, extra_length, batch_size,
                                       compute_type, threads, **saved_model_options)
+        translate.decoding = translate.decoding.replace(
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            repetition_penalty=repetition_penalty).validate()
         return Ct2NBestFn(translate, num_hypotheses)
     for name, value in (("compute_type", compute_type), ("threads", threads)):
         if value is not None:
@@ -367,4 +401,6 @@ def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_l
                              "is not one (a CTranslate2 directory holds model.bin).")
     batch = {} if batch_size is None else {"batch_size": batch_size}
     return load_saved_model_nbest_fn(path, num_hypotheses, beam_size, alpha, extra_length,
-                                     **batch, **saved_model_options)
+                                     **batch, no_repeat_ngram_size=no_repeat_ngram_size,
+                                     repetition_penalty=repetition_penalty,
+                                     **saved_model_options)

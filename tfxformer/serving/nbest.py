@@ -2,9 +2,9 @@
 
 :func:`load_nbest_fn` opens a SavedModel's `translate_nbest` signature, or a run dir's model
 through the same graph (:meth:`tfxformer.serving.Translator.nbest`), and returns
-`nbest(lines) -> list[list[Hypothesis]]`, best first (docs/steering.md). The
-CTranslate2 runtime gives the same lists (:meth:`tfxformer.serving.ctranslate2.
-Ct2TranslateFn.nbest`).
+`nbest(lines) -> list[list[Hypothesis]]`, best first (docs/steering.md), with the
+repetition controls and, per line, a target prefix (a :class:`Line`). The CTranslate2
+runtime gives the same lists (:meth:`tfxformer.serving.ctranslate2.Ct2TranslateFn.nbest`).
 
     from tfxformer.serving import load_nbest_fn
     nbest = load_nbest_fn("saved_models/en_de", num_hypotheses=4)
@@ -24,7 +24,7 @@ from tfxformer.config import DecodingOptions
 from tfxformer.serving.batching import translate_in_length_order
 from tfxformer.serving.signatures import OpenedSignature, language_inputs, open_signature
 
-__all__ = ["Hypothesis", "NBestFn", "load_nbest_fn", "moses_lines"]
+__all__ = ["Hypothesis", "Line", "NBestFn", "load_nbest_fn", "moses_lines"]
 
 _DEFAULTS = DecodingOptions()
 
@@ -35,6 +35,29 @@ class Hypothesis(NamedTuple):
 
     text: str
     score: float
+
+
+class Line:
+    """A source line with its target prefix (str or UTF-8 bytes each; "" = none): what an
+    n-best function takes in place of a plain line. Its length is the source's, so lines
+    sort by it."""
+
+    __slots__ = ("text", "prefix")
+
+    def __init__(self, text, prefix=""):
+        self.text, self.prefix = text, prefix
+
+    def __len__(self):
+        return len(self.text)
+
+    def __repr__(self):
+        return f"Line({self.text!r}, {self.prefix!r})"
+
+
+def split_lines(lines):
+    """(texts, prefixes) of lines that are plain strings or :class:`Line` s."""
+    texts = [line.text if isinstance(line, Line) else line for line in lines]
+    return texts, [line.prefix if isinstance(line, Line) else "" for line in lines]
 
 
 def hypotheses(translations, scores) -> list[list[Hypothesis]]:
@@ -51,11 +74,15 @@ def moses_lines(index: int, nbest: list) -> list[str]:
 
 
 class NBestFn:
-    """`nbest(lines) -> list[list[Hypothesis]]`: each line's (str or UTF-8 bytes) best
-    translations, best first, at most `num_hypotheses` (fewer where the search found
-    fewer). Lines are sorted by length and sent `batch_size` at a time.
+    """`nbest(lines) -> list[list[Hypothesis]]`: each line's (str or UTF-8 bytes, or a
+    :class:`Line` with its target prefix) best translations, best first, at most
+    `num_hypotheses` (fewer where the search found fewer; with a prefix, the alternatives
+    after it, docs/steering.md). Lines are sorted by length and sent `batch_size` at a
+    time. `warnings` holds the signature's per-line warnings of the last call ("" = none).
 
-    Attributes: `path`, `kind`, `options` (a :class:`DecodingOptions`), `num_hypotheses`.
+    Attributes: `path`, `kind`, `options` (a :class:`DecodingOptions`, its
+    `no_repeat_ngram_size` and `repetition_penalty` sent with every line),
+    `num_hypotheses`.
     """
 
     def __init__(self, opened: OpenedSignature, options: DecodingOptions, num_hypotheses,
@@ -68,20 +95,29 @@ class NBestFn:
         language_inputs(opened, target_language, 0)  # a bad language fails here, not later
         self._opened, self._language = opened, target_language
         self.path, self.kind, self.options = opened.path, opened.kind, options
+        self.warnings = []
 
     def __call__(self, lines) -> list[list[Hypothesis]]:
-        return translate_in_length_order(self._batch, list(lines), self.batch_size)
+        results = translate_in_length_order(self._batch, list(lines), self.batch_size)
+        self.warnings = [warning for _, warning in results]
+        return [nbest for nbest, _ in results]
 
     def _batch(self, lines):
-        size, o = len(lines), self.options
+        texts, prefixes = split_lines(lines)
+        size, o = len(texts), self.options
         out = self._opened.function(
-            text=tf.constant(lines, tf.string),
+            text=tf.constant(texts, tf.string),
             **language_inputs(self._opened, self._language, size),
             beam_size=tf.fill([size], o.beam_size), alpha=tf.fill([size], float(o.alpha)),
             extra_length=tf.fill([size], o.extra_length),
             max_input_tokens=tf.fill([size], o.max_input_tokens),
-            num_hypotheses=tf.fill([size], self.num_hypotheses))
-        return hypotheses(out["translations"].numpy(), out["scores"].numpy())
+            num_hypotheses=tf.fill([size], self.num_hypotheses),
+            no_repeat_ngram_size=tf.fill([size], o.no_repeat_ngram_size),
+            repetition_penalty=tf.fill([size], float(o.repetition_penalty)),
+            target_prefix=tf.constant(prefixes, tf.string))
+        warnings = [w.decode("utf-8") for w in out["warning"].numpy()]
+        return list(zip(hypotheses(out["translations"].numpy(), out["scores"].numpy()),
+                        warnings, strict=True))
 
     def describe(self) -> str:
         """One line for a log: the model and its decoding options."""
@@ -94,7 +130,8 @@ class NBestFn:
 
 def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_length=None,
                   batch_size=_DEFAULTS.batch_size, precision="fp32", checkpoint=None,
-                  target_language=None) -> NBestFn:
+                  target_language=None, no_repeat_ngram_size=None,
+                  repetition_penalty=None) -> NBestFn:
     """The n-best function of a SavedModel version dir, its export dir, or a run dir.
 
     Args:
@@ -105,6 +142,8 @@ def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_l
             :class:`DecodingOptions`').
         batch_size, precision, checkpoint, target_language: as
             :func:`tfxformer.serving.load_translate_fn`'s.
+        no_repeat_ngram_size, repetition_penalty: repetition control (None: off, 0 and
+            1.0; :class:`DecodingOptions`).
 
     Returns:
         An :class:`NBestFn`.
@@ -117,6 +156,8 @@ def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_l
     """
     opened = open_signature(path, "translate_nbest", batch_size, precision, checkpoint)
     options = opened.options.replace(beam_size=beam_size, alpha=alpha,
-                                     extra_length=extra_length).validate()
+                                     extra_length=extra_length,
+                                     no_repeat_ngram_size=no_repeat_ngram_size,
+                                     repetition_penalty=repetition_penalty).validate()
     count = options.beam_size if num_hypotheses is None else num_hypotheses
     return NBestFn(opened, options, count, batch_size, target_language)

@@ -2,8 +2,11 @@
 
 `translate_nbest` is the signature with every option, one value per text (so TF Serving's
 batching can batch it; docs/steering.md): the options of `translate_per_example` plus
-`num_hypotheses`, and it returns each text's n-best list, best first. This module holds
-its graph helpers; :class:`tfxformer.serving.Translator` calls them.
+`num_hypotheses`, the repetition controls and a target prefix, and it returns each text's
+n-best list, best first. With a prefix the list holds the alternatives at the first
+position after it, each continued by its own search (CTranslate2's
+`return_alternatives`). This module holds its graph helpers;
+:class:`tfxformer.serving.Translator` calls them.
 
 Shapes: N texts, M texts of one group, B texts of one chunk, K hypotheses per text (the
 batch's largest `num_hypotheses`), L output columns.
@@ -14,6 +17,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfxformer.decoding.common import NEG_INF
+from tfxformer.decoding.steering import Steering
+from tfxformer.ids import EOS_ID, PAD_ID
 
 # The per-text inputs of `translate_nbest` after `text` (and a multilingual model's
 # `target_language`), in order; each (N,), and the value that turns the option off.
@@ -21,8 +26,15 @@ NBEST_SPECS = (tf.TensorSpec([None], tf.int32, name="beam_size"),
                tf.TensorSpec([None], tf.float32, name="alpha"),
                tf.TensorSpec([None], tf.int32, name="extra_length"),
                tf.TensorSpec([None], tf.int32, name="max_input_tokens"),
-               tf.TensorSpec([None], tf.int32, name="num_hypotheses"))
+               tf.TensorSpec([None], tf.int32, name="num_hypotheses"),
+               tf.TensorSpec([None], tf.int32, name="no_repeat_ngram_size"),
+               tf.TensorSpec([None], tf.float32, name="repetition_penalty"),
+               tf.TensorSpec([None], tf.string, name="target_prefix"))
 NBEST_INPUTS = tuple(spec.name for spec in NBEST_SPECS)
+# The values of the inputs after `num_hypotheses` that turn their option off.
+OFF = {"no_repeat_ngram_size": 0, "repetition_penalty": 1.0, "target_prefix": ""}
+# Characters of a prefix kept per allowed piece before tokenizing (as a source's).
+_CHARS_PER_PIECE = 64
 
 
 def checked(tensor, condition, message):
@@ -121,3 +133,74 @@ def with_blank_rows(blank, translations, scores, k):
     translations = tf.concat([tf.reshape(translations, [-1, k]), empty_text], axis=0)
     scores = tf.concat([tf.reshape(scores, [-1, k]), empty_score], axis=0)
     return tf.gather(translations, index), tf.gather(scores, index)
+
+
+def repetition_controls(no_repeat_ngram_size, repetition_penalty, size):
+    """(N,) int32 and (N,) float32, checked: n-gram size >= 0, penalty > 0."""
+    ngram = per_text(no_repeat_ngram_size, size, "no_repeat_ngram_size", tf.int32)
+    penalty = per_text(repetition_penalty, size, "repetition_penalty", tf.float32)
+    ngram = checked(ngram, tf.reduce_all(ngram >= 0),
+                    "`no_repeat_ngram_size` must be >= 0 (0 = off) for every text")
+    penalty = checked(penalty, tf.reduce_all(penalty > 0.0),
+                      "`repetition_penalty` must be > 0 (1 = off) for every text")
+    return ngram, penalty
+
+
+def prefix_pieces(tokenizer, prefix, limit):
+    """(N,) valid UTF-8 prefixes -> (pieces (N, None) ragged int32 cut to `limit` (N,)
+    pieces each, cut (N,) bool: a prefix had more)."""
+    prefix = tf.strings.substr(prefix, tf.zeros_like(limit), (limit + 1) * _CHARS_PER_PIECE,
+                               unit="UTF8_CHAR")
+    pieces = tokenizer.tokenize(prefix)
+    count = tf.cast(pieces.row_lengths(), tf.int32)
+    kept = tf.minimum(count, tf.maximum(limit, 0))
+    starts = tf.cast(pieces.row_starts(), tf.int32)
+    kept_pieces = tf.gather(tf.cast(pieces.values, tf.int32), tf.ragged.range(starts,
+                                                                               starts + kept))
+    return kept_pieces, count > kept
+
+
+def chunk_steering(ngram, penalty, prefix):
+    """The :class:`Steering` of one chunk: (B,) controls and (B, None) ragged prefixes."""
+    return Steering(ngram, penalty, prefix.to_tensor(PAD_ID),
+                    tf.cast(prefix.row_lengths(), tf.int32))
+
+
+def alternatives(search, source, steering, count, k, detokenize):
+    """N-best lists of alternatives (CTranslate2's `return_alternatives`): for each text of
+    the chunk, the `count` most probable tokens at the first position after its prefix (EOS
+    left out), each continued by a beam search of its own; best continuation each, in the
+    order of the alternatives' probabilities.
+
+    `search(source, steering, beams, stop_after)` runs a beam search of the chunk's
+    options (`beams`: None for the chunk's beam size) and returns (ids (B, beams, L)
+    vocabulary ids, lengths, scores (B, beams)); `stop_after` (B,) caps each text's
+    output tokens, or None. Returns (translations (B, K), scores (B, K)).
+    """
+    lengths = steering.prefix_lengths
+    width = tf.reduce_max(count) + 1  # one spare: an EOS among the alternatives is dropped
+    ids, _, scores = search(source, steering, width, lengths + 1)
+    column = tf.minimum(lengths, tf.shape(ids)[2] - 1)
+    token = tf.gather(ids, tf.repeat(column[:, None], width, axis=1)[..., None],
+                      batch_dims=2)[..., 0]  # (B, width) the token after the prefix
+    usable = (token != EOS_ID) & (token != PAD_ID) & (scores > NEG_INF / 2)
+    order = tf.argsort(tf.cast(~usable, tf.int32), axis=1, stable=True)
+    token = tf.gather(token, order, batch_dims=1)
+    usable = tf.gather(usable, order, batch_dims=1)
+    taken = usable & (tf.range(width)[None, :] < count[:, None])  # (B, width)
+    rows = tf.cast(tf.where(taken), tf.int32)  # (A, 2): (text, alternative)
+    texts = rows[:, 0]
+    prefix = tf.RaggedTensor.from_tensor(steering.prefix, lengths=lengths)
+    extended = tf.concat([tf.gather(prefix, texts),
+                          tf.RaggedTensor.from_tensor(tf.gather_nd(token, rows)[:, None])],
+                         axis=1)
+    expanded = chunk_steering(tf.gather(steering.no_repeat_ngram_size, texts),
+                              tf.gather(steering.repetition_penalty, texts), extended)
+    out_ids, out_lengths, out_scores = search(tf.gather(source, texts), expanded, None, None)
+    text = detokenize(out_ids[:, 0], out_lengths[:, 0])
+    found = tf.size(texts)
+    # (B, K) index into the A continuations, A where a text has none there
+    slot = tf.scatter_nd(rows, tf.range(found) + 1, tf.stack([tf.shape(source)[0], k])) - 1
+    slot = tf.where(slot < 0, found, slot)
+    return (tf.gather(tf.concat([text, [""]], axis=0), slot),
+            tf.gather(tf.concat([out_scores[:, 0], [-float("inf")]], axis=0), slot))

@@ -10,11 +10,11 @@ import tensorflow as tf
 from tfxformer import checks, multilingual
 from tfxformer.config import DecodingOptions
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
-from tfxformer.decoding import beam_search, greedy_decode
-from tfxformer.decoding.ensemble import check_members, members
+from tfxformer.decoding import beam_search, greedy_decode, sequence_beam_search
+from tfxformer.decoding.ensemble import check_members, decoder, members
 from tfxformer.decoding.sampling import fold_seed, seed_key
 from tfxformer.decoding.scoring import score_ragged
-from tfxformer.decoding.shortlist import check_table, shortlist_ids
+from tfxformer.decoding.shortlist import check_table, shortlist_ids, to_vocabulary
 from tfxformer.ids import EOS_ID
 from tfxformer.serving import steering
 from tfxformer.serving.compiled import CompiledSearch
@@ -234,15 +234,18 @@ class Translator(tf.Module):
 
     @_signature(_TEXT_SPEC, *steering.NBEST_SPECS)
     def translate_nbest(self, text, beam_size, alpha, extra_length, max_input_tokens,
-                        num_hypotheses):
+                        num_hypotheses, no_repeat_ngram_size, repetition_penalty,
+                        target_prefix):
         return self.nbest(text, beam_size, alpha, extra_length, max_input_tokens,
-                          num_hypotheses)
+                          num_hypotheses, no_repeat_ngram_size, repetition_penalty,
+                          target_prefix)
 
     @_signature(_TEXT_SPEC, _TARGET_SPEC)
     def score(self, text, target):
         return self.score_pairs(text, target)
 
     def nbest(self, text, beam_size, alpha, extra_length, max_input_tokens, num_hypotheses,
+              no_repeat_ngram_size=0, repetition_penalty=1.0, target_prefix="",
               target_language=None):
         """The graph behind `translate_nbest`: each text's `num_hypotheses` best
         translations by beam search, every option one value per text ((N,) tensors, or
@@ -251,12 +254,20 @@ class Translator(tf.Module):
         Texts are read as :meth:`translate` reads them (invalid UTF-8 replaced, cut to
         `max_input_tokens`, blank ones never decoded); texts with equal beam size, α and
         extra length are decoded together, `max_batch_size` at a time in order of length.
+        `no_repeat_ngram_size` (0: off) and `repetition_penalty` (1: off) are
+        :mod:`tfxformer.decoding.steering`'s. A `target_prefix` ("": none) is read as a
+        text is, its pieces forced as the start of every hypothesis (cut to the text's
+        output limit less one); with one, a list of more than one holds the alternatives
+        at the first position after the prefix, each continued by a beam search of its
+        own (CTranslate2's `return_alternatives`), in the order of their probabilities.
 
         Returns:
             {"translations": (N, K) tf.string, best first, "scores": (N, K) float32 (as
-            :meth:`translate`'s `score`), "truncated": (N,) bool}, K the largest
-            `num_hypotheses`; beyond a text's own count (or where the search found fewer
-            hypotheses) "" with score -inf; a blank text's list is "" with score 0.
+            :meth:`translate`'s `score`), "truncated": (N,) bool, "warning": (N,)
+            tf.string, "" or what was changed in a text's request (a prefix cut to the
+            output limit, or ignored)}, K the largest `num_hypotheses`; beyond a text's
+            own count (or where the search found fewer hypotheses) "" with score -inf; a
+            blank text's list is "" with score 0.
         """
         text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
         text, tag_pieces = self._with_language(text, target_language)
@@ -264,38 +275,104 @@ class Translator(tf.Module):
         options = self._example_options(text, dict(beam_size=beam_size, alpha=alpha,
                                                    extra_length=extra_length))
         count = steering.hypothesis_counts(num_hypotheses, options["beam_size"], size)
+        ngram, penalty = steering.repetition_controls(no_repeat_ngram_size,
+                                                      repetition_penalty, size)
         k = steering.width(count)
         tokenizer = self.make_tokenizer()
         pieces, truncated, blank = self._cut(text, tokenizer, self._input_limit(
             text, max_input_tokens), tag_pieces)
+        prefix, warning = self._prefixes(target_prefix, size, tokenizer, tf.minimum(
+            self.max_output_tokens, tf.cast(pieces.row_lengths(), tf.int32)
+            + options["extra_length"]) - 1, blank)
         active = tf.where(~blank)[:, 0]
-        pieces = tf.gather(pieces, active)
+        pieces, prefix = tf.gather(pieces, active), tf.gather(prefix, active)
         options = {name: tf.gather(value, active) for name, value in options.items()}
-        count = tf.gather(count, active)
+        count, ngram, penalty = (tf.gather(v, active) for v in (count, ngram, penalty))
         keys = tf.stack([options["beam_size"], tf.bitcast(options["alpha"], tf.int32),
                          options["extra_length"]], axis=1)
 
         def decode(rows):
             source = tf.gather(pieces, rows).to_tensor()
             first = {name: value[rows[0]] for name, value in options.items()}
+            steer = steering.chunk_steering(tf.gather(ngram, rows), tf.gather(penalty, rows),
+                                            tf.gather(prefix, rows))
             shortlist = None
-            if self.shortlist_info is not None:
-                shortlist = shortlist_ids(source, self.shortlist_table,
-                                          self.shortlist_frequent)
-            out = beam_search(self.model, source, **first,
-                              max_output_length=self.max_output_tokens, shortlist=shortlist,
-                              stopping=self.options.stopping,
-                              length_normalization=self.options.length_normalization)
-            return steering.nbest_lists(out.ids, out.lengths, out.scores,
-                                        tf.gather(count, rows), k,
-                                        lambda ids, lengths: self.detokenize(ids, lengths,
-                                                                             tokenizer))
+            if self.shortlist_info is not None:  # the prefixes' pieces are in it too
+                shortlist = shortlist_ids(source, self.shortlist_table, tf.concat(
+                    [self.shortlist_frequent, tf.gather(prefix, rows).flat_values], axis=0))
+
+            def search(source, steer, beams, stop_after):
+                return self._steered_search(source, first, steer, beams, stop_after,
+                                            shortlist)
+
+            def detokenize(ids, lengths):
+                return self.detokenize(ids, lengths, tokenizer)
+
+            chunk_count = tf.gather(count, rows)
+            ids, lengths, scores = search(source, steer, None, None)
+            out = steering.nbest_lists(ids, lengths, scores, chunk_count, k, detokenize)
+            alternative = (steer.prefix_lengths > 0) & (chunk_count > 1)
+            alternatives = tf.cond(
+                tf.reduce_any(alternative),
+                lambda: steering.alternatives(search, source, steer, tf.where(
+                    alternative, chunk_count, 0), k, detokenize), lambda: out)
+            return tuple(tf.where(alternative[:, None], a, b)
+                         for a, b in zip(alternatives, out, strict=True))
 
         translations, scores = steering.decode_grouped(
             keys, tf.cast(pieces.row_lengths(), tf.int32), self.max_batch_size, decode,
             (tf.string, tf.float32))
         translations, scores = steering.with_blank_rows(blank, translations, scores, k)
-        return {"translations": translations, "scores": scores, "truncated": truncated}
+        return {"translations": translations, "scores": scores, "truncated": truncated,
+                "warning": warning}
+
+    def _prefixes(self, target_prefix, size, tokenizer, limit, blank):
+        """(N,) prefixes -> ((N, None) ragged pieces cut to `limit` (N,), (N,) warnings):
+        invalid UTF-8 replaced; a right-to-left model's (`reverse_target`) and a blank
+        text's prefix ignored."""
+        given = steering.per_text(target_prefix, size, "target_prefix", tf.string)
+        text = sanitize_utf8(given)
+        prefix, cut = steering.prefix_pieces(tokenizer, text, limit)
+        has = prefix.row_lengths() > 0
+        ignored = has & (blank | self.reverse_target)
+        lengths = prefix.row_lengths()
+        prefix = tf.RaggedTensor.from_row_lengths(
+            tf.boolean_mask(prefix.values, tf.repeat(~ignored, lengths)),
+            tf.where(ignored, tf.zeros_like(lengths), lengths))
+        notes = [(cut & ~ignored, tf.strings.join(["target_prefix cut to ",
+                                                   tf.strings.as_string(limit),
+                                                   " pieces (the output limit less one)"])),
+                 (tf.not_equal(text, given), "invalid UTF-8 in target_prefix replaced by "
+                                             "U+FFFD"),
+                 (has & blank, "blank text: target_prefix ignored")]
+        if self.reverse_target:
+            notes.append((has, "target_prefix ignored: the model writes right to left"))
+        warning = tf.fill([size], "")
+        for where, note in notes:
+            joined = tf.strings.join([warning, tf.where(tf.equal(warning, ""), "", "; "),
+                                      note])
+            warning = tf.where(where, joined, warning)
+        return prefix, warning
+
+    def _steered_search(self, source, first, steer, beams, stop_after, shortlist):
+        """Beam search of one chunk of :meth:`nbest` with the Steering `steer` (its
+        prefixes in vocabulary ids), `beams` hypotheses (None: the chunk's beam size),
+        each text's output cut to `stop_after` (B,) tokens (None: its limit) -> (ids (B,
+        beams, L) vocabulary ids, lengths, scores (B, beams))."""
+        beam_size = first["beam_size"] if beams is None else beams
+        if shortlist is not None:  # the search's columns
+            columns = tf.searchsorted(shortlist[None, :], tf.reshape(steer.prefix, [1, -1]))
+            steer = steer._replace(prefix=tf.reshape(columns, tf.shape(steer.prefix)))
+        start = decoder(self.model, source, beam_size, first["extra_length"],
+                        self.max_output_tokens, False, shortlist)
+        if stop_after is not None:
+            start = start._replace(limits=tf.minimum(start.limits, stop_after))
+        out = sequence_beam_search(start, beam_size, first["alpha"],
+                                   stopping=self.options.stopping,
+                                   length_normalization=self.options.length_normalization,
+                                   steering=steer)
+        ids = out.ids if shortlist is None else to_vocabulary(out.ids, shortlist)
+        return ids, out.lengths, out.scores
 
     def score_pairs(self, text, target, target_language=None):
         """The graph behind the `score` signature: log P(target | text) of each pair by
@@ -599,9 +676,11 @@ class MultilingualTranslator(Translator):
 
     @_signature(_TEXT_SPEC, _LANGUAGE_SPEC, *steering.NBEST_SPECS)
     def translate_nbest(self, text, target_language, beam_size, alpha, extra_length,
-                        max_input_tokens, num_hypotheses):
+                        max_input_tokens, num_hypotheses, no_repeat_ngram_size,
+                        repetition_penalty, target_prefix):
         return self.nbest(text, beam_size, alpha, extra_length, max_input_tokens,
-                          num_hypotheses, target_language=target_language)
+                          num_hypotheses, no_repeat_ngram_size, repetition_penalty,
+                          target_prefix, target_language=target_language)
 
     @_signature(_TEXT_SPEC, _LANGUAGE_SPEC, _TARGET_SPEC)
     def score(self, text, target_language, target):

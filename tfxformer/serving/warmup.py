@@ -63,8 +63,11 @@ def signature_inputs(translator, signature, texts):
             alpha=np.full([size], translator.alpha, np.float32),
             extra_length=np.full([size], translator.extra_length, np.int32),
             max_input_tokens=np.full([size], translator.max_input_tokens, np.int32))
-        if signature == "translate_nbest":
-            inputs["num_hypotheses"] = np.full([size], translator.beam_size, np.int32)
+        if signature == "translate_nbest":  # the steering options off but the n-best
+            inputs.update(num_hypotheses=np.full([size], translator.beam_size, np.int32),
+                          no_repeat_ngram_size=np.zeros([size], np.int32),
+                          repetition_penalty=np.ones([size], np.float32),
+                          target_prefix=np.array([""] * size, dtype=object))
     elif signature == "score":
         inputs["target"] = inputs["text"]
     elif signature != "serving_default":
