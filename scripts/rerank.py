@@ -1,16 +1,19 @@
 #!/usr/bin/env python
 """Rerank n-best lists: pick each source's translation by a weighted sum of scores.
 
-    python scripts/translate.py --model saved_models/multi30k_en_de --n-best 8 \\
-        --beam-size 8 < val.en > val.nbest
+    python scripts/export.py --model saved_models/multi30k_en_de --export-dir /tmp/en_de
+    python scripts/translate.py --model /tmp/en_de --n-best 8 --beam-size 8 \\
+        < val.en > val.nbest
     python scripts/rerank.py --nbest val.nbest --source val.en \\
         --channel-model saved_models/multi30k_de_en \\
-        --weight forward=1 --weight channel=0.3 --weight length=0.1 > val.reranked.de
+        --weight forward=1 --weight channel_mean=0.5 --weight length=0.05 > val.reranked.de
 
 The n-best file holds Moses n-best lines `i ||| translation ||| score` (i counts source
-lines from 0; `scripts/translate.py --n-best K` writes them); the output is one line per
-source line, its best candidate (an empty line for a source without candidates, with a
-warning). Each --weight NAME=VALUE turns a score on (tfxformer.rerank):
+lines from 0; `scripts/translate.py --n-best K` writes them from an export's
+`translate_nbest` signature: an export made before it existed is re-exported first, as
+above); the output is one line per source line, its best candidate (an empty line for a
+source without candidates, with a warning). Each --weight NAME=VALUE turns a score on
+(tfxformer.rerank):
 
   forward              the n-best file's own score (the search's log P(y|x) / lp(y))
   length               |y|, the candidate's words
