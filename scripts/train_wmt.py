@@ -68,10 +68,10 @@ def parse_args(argv=None) -> TrainConfig:
             parser.add_argument(flag, action=action, default=field.default, help=help_text)
         elif field.default is dataclasses.MISSING:
             parser.add_argument(flag, type=kind, required=True, help=help_text)
-        else:
+        else:  # a help that says its default itself is not given "(default: None)" too
+            default = "" if "(default:" in help_text else " (default: %(default)s)"
             parser.add_argument(flag, type=kind, default=field.default,
-                                choices=field.metadata["choices"],
-                                help=f"{help_text} (default: %(default)s)")
+                                choices=field.metadata["choices"], help=help_text + default)
     return TrainConfig(**vars(parser.parse_args(argv)))
 
 

@@ -464,9 +464,9 @@ def fine_tune_direction(config, source: Source) -> dict:
         missing = [f"`{k}`" for k in ("src", "tgt") if given[k] is None]
         if missing:
             why = ("`change_direction` trains another direction than the source's" if
-                   source.direction is not None else f"the {source.what} {config.init_from!r}"
-                   " records no languages (save it with `model.save_to_preset(dir, src=..., "
-                   "tgt=...)` to record them)")
+                   source.direction is not None else f"`init_from` {config.init_from!r} is "
+                   f"{source.what} that records no languages (save it with "
+                   "`model.save_to_preset(dir, src=..., tgt=...)` to record them)")
             raise ValueError(f"Give {' and '.join(missing)}: {why}.")
         return {}
     recorded = {"src": source.direction[0], "tgt": source.direction[1],
