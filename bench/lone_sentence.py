@@ -71,14 +71,16 @@ def parse_args(argv=None):
 
 @contextlib.contextmanager
 def paused(pids):
-    """Stops `pids` for the block; always continues them."""
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+    """Stops `pids` for the block (those still running); always continues them."""
     try:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
         yield
     finally:
         for pid in pids:
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def read_lines(path, limit):
@@ -361,7 +363,7 @@ def split(args):
     steps_of = tf.function(lambda source: beam_search(
         model, source, d.beam_size, d.alpha, d.extra_length, d.max_output_tokens,
         stopping=d.stopping, length_normalization=d.length_normalization).steps,
-        autograph=False)
+        input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
     lines = read_lines(args.text, args.limit)
     sources = [translator.tokenize(tf.constant([line])).to_tensor() for line in lines]
     for bucket in search.length_buckets:  # compile every program first
