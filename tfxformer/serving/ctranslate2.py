@@ -380,15 +380,16 @@ def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_l
                   repetition_penalty=None, **saved_model_options):
     """An n-best function for any model on disk: a :class:`Ct2NBestFn` for a CTranslate2
     directory of this package (`compute_type`, `threads` as :func:`load_ct2_translate_fn`),
-    else :func:`tfxformer.serving.load_nbest_fn` (SavedModel, export dir, run dir; it takes
-    `saved_model_options`). `no_repeat_ngram_size` and `repetition_penalty`: repetition
-    control (None: off), CTranslate2's own options of those names.
+    else :func:`tfxformer.serving.load_nbest_fn` (SavedModel, export dir, run dir, preset
+    dir; it takes `saved_model_options`). `no_repeat_ngram_size` and
+    `repetition_penalty`: repetition control (None: off), CTranslate2's own options of
+    those names.
 
     Raises:
         ValueError: an option that does not apply to that kind of model, `num_hypotheses`
             above the beam size, and as the loader called.
     """
-    if is_ctranslate2_dir(path):
+    if resolve(path, tool="load_nbest_fn").kind == "ctranslate2":
         translate = load_translate_fn(path, beam_size, alpha, extra_length, batch_size,
                                       compute_type, threads, **saved_model_options)
         translate.decoding = translate.decoding.replace(
