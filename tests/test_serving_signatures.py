@@ -153,6 +153,10 @@ def test_an_export_without_the_signatures_asks_for_a_re_export(tmp_path, capsys)
                         input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     tf.saved_model.save(old, str(tmp_path / "old" / "1"),
                         signatures={"serving_default": old.f.get_concrete_function()})
+    assets = tmp_path / "old" / "1" / "assets"  # an export of this package has its record
+    assets.mkdir(exist_ok=True)
+    (assets / "config.json").write_text(json.dumps({"model": {"vocab_size": 8}}))
+    (assets / "spm.model").write_bytes(b"")
     for load, args in ((load_score_fn, ()), (load_sample_fn, (5,))):
         with pytest.raises(ValueError, match=r"Re-export it with scripts/export.py to get the "
                                              r"`(score|translate_sampled)` signature"):
