@@ -76,6 +76,12 @@ def _batch_requests(translator, path):
             if signature == "translate_per_example":
                 inputs["beam_size"][::2] = 1
                 inputs["max_input_tokens"][::3] = 4
+            if signature == "translate_nbest":  # every steering option on some texts
+                inputs["num_hypotheses"][::2] = 1
+                inputs["target_prefix"][1::3] = "Ein Hund"
+                inputs["target_prefix"][2] = b"\xff Hund " * 40
+                inputs["no_repeat_ngram_size"][::4] = 2
+                inputs["repetition_penalty"][1::4] = 1.3
             if signature == "score":
                 inputs["target"] = inputs["target"][::-1]
             for name, value in inputs.items():

@@ -31,9 +31,10 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from tfxformer.decoding.common import NEG_INF
-from tfxformer.ids import PAD_ID
+from tfxformer.decoding.ensemble import ensemble_log_probs, members
+from tfxformer.ids import BOS_ID, PAD_ID
 
-__all__ = ["Steering", "force_prefix", "make_steering", "steer_logits"]
+__all__ = ["Steering", "force_prefix", "make_steering", "next_logits", "steer_logits"]
 
 
 class Steering(NamedTuple):
@@ -100,9 +101,9 @@ def hypothesis_rows(steering: Steering, beams) -> Steering:
 
 
 def _seen(history, valid, vocab):
-    """(N, V) bool: the tokens of the first `valid` columns of `history` (N, C)."""
+    """(N, V) bool: the tokens of the first `valid` (() or (N,)) columns of `history`."""
     rows, columns = tf.shape(history)[0], tf.shape(history)[1]
-    inside = tf.range(columns)[None, :] < valid
+    inside = tf.range(columns)[None, :] < tf.reshape(valid, [-1, 1])
     index = tf.stack([tf.repeat(tf.range(rows), columns), tf.reshape(history, [-1])], axis=1)
     written = tf.cast(inside & (history >= 0), tf.int32)  # (N, C)
     counts = tf.scatter_nd(index, tf.reshape(written, [-1]), [rows, vocab])
@@ -116,8 +117,8 @@ def _ngram_bans(history, valid, size, vocab):
     starts = tf.range(columns)[None, :]  # (1, C) the n-gram's first column j
     # an earlier n-gram lies inside the history: j + n - 1 < valid (the banned token at
     # column j + n - 1 is written), and n > 0
-    match = (size[:, None] > 0) & (starts + size[:, None] - 1 < valid)
-    suffix_start = valid - size + 1  # (N,) the last n - 1 tokens start here
+    match = (size[:, None] > 0) & (starts + size[:, None] - 1 < tf.reshape(valid, [-1, 1]))
+    suffix_start = tf.reshape(valid, [-1]) - size + 1  # (N,) the last n - 1 tokens start
 
     def body(m, match):
         ahead = tf.gather(history, tf.minimum(starts[0] + m, columns - 1), axis=1)
@@ -137,7 +138,7 @@ def _ngram_bans(history, valid, size, vocab):
 def steer_logits(logits, history, valid, steering: Steering):
     """`logits` (N, V) (or (N, 1, V)) of N hypotheses, float32, with the repetition penalty
     and the n-gram bans of `steering` (its rows those of the hypotheses) applied; history
-    (N, C) int32 the tokens each hypothesis wrote so far, `valid` () int32 of them."""
+    (N, C) int32 the tokens each hypothesis wrote so far, `valid` () or (N,) int32 of them."""
     if logits.shape.rank == 3:
         logits = logits[:, -1]
     logits = tf.cast(logits, tf.float32)
@@ -172,3 +173,19 @@ def _prefix_token(prefix, step):
     padded = tf.pad(prefix, [[0, 0], [0, 1]], constant_values=PAD_ID)
     column = tf.minimum(step, tf.shape(padded)[1] - 1)
     return tf.gather(padded, column, axis=1)
+
+
+def next_logits(model, source_ids, prefix, lengths):
+    """The next-token logits (N, V) float32 after each row's prefix, by one teacher-forced
+    decode (the decoder reads BOS and the prefix at once): `source_ids` (N, S), `prefix`
+    (N, P) ids (PAD after each), `lengths` (N,) its tokens. An ensemble (a list of models)
+    gives its averaged log-probabilities, which play the logits' part (as its step)."""
+    models = members(model)
+    batch = tf.shape(prefix)[0]
+    inputs = tf.concat([tf.fill([batch, 1], BOS_ID), tf.cast(prefix, tf.int32)], axis=1)
+    logits = []
+    for member in models:
+        memory, source_mask = member.encode(source_ids)
+        out = member.decode(inputs, memory, source_mask)  # (N, P + 1, V)
+        logits.append(tf.cast(tf.gather(out, lengths, batch_dims=1), tf.float32))
+    return logits[0] if len(logits) == 1 else ensemble_log_probs(logits)

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from tfxformer.decoding.common import NEG_INF
 from tfxformer.decoding.steering import Steering
-from tfxformer.ids import EOS_ID, PAD_ID
+from tfxformer.ids import PAD_ID
 
 # The per-text inputs of `translate_nbest` after `text` (and a multilingual model's
 # `target_language`), in order; each (N,), and the value that turns the option off.
@@ -166,41 +166,49 @@ def chunk_steering(ngram, penalty, prefix):
                     tf.cast(prefix.row_lengths(), tf.int32))
 
 
-def alternatives(search, source, steering, count, k, detokenize):
-    """N-best lists of alternatives (CTranslate2's `return_alternatives`): for each text of
-    the chunk, the `count` most probable tokens at the first position after its prefix (EOS
-    left out), each continued by a beam search of its own; best continuation each, in the
-    order of the alternatives' probabilities.
+def steered_lists(search, first_pieces, source, steering, count, k, detokenize):
+    """One chunk's n-best lists (translations (B, K), scores (B, K)) by one beam search.
 
-    `search(source, steering, beams, stop_after)` runs a beam search of the chunk's
-    options (`beams`: None for the chunk's beam size) and returns (ids (B, beams, L)
-    vocabulary ids, lengths, scores (B, beams)); `stop_after` (B,) caps each text's
-    output tokens, or None. Returns (translations (B, K), scores (B, K)).
+    A text without a prefix, or asking for one hypothesis, gets its beam's n-best list
+    (:func:`nbest_lists`). A text with a prefix and `count` > 1 gets the alternatives
+    (CTranslate2's `return_alternatives`): `first_pieces(rows, k)` gives the `k` most
+    probable pieces after the prefixes of those chunk rows ((rows, k) ids, most probable
+    first, and (rows, k) bool usable: not EOS, not impossible); each of the first `count`
+    becomes a row of its own whose prefix ends with it, decoded in the same search as the
+    other texts, and its best hypothesis is one entry of the list.
+
+    `search(source, steering)` runs the beam search of the chunk's options on rows of
+    `source` and returns (ids (R, beam, L) vocabulary ids, lengths, scores (R, beam)).
     """
-    lengths = steering.prefix_lengths
-    width = tf.reduce_max(count) + 1  # one spare: an EOS among the alternatives is dropped
-    ids, _, scores = search(source, steering, width, lengths + 1)
-    column = tf.minimum(lengths, tf.shape(ids)[2] - 1)
-    token = tf.gather(ids, tf.repeat(column[:, None], width, axis=1)[..., None],
-                      batch_dims=2)[..., 0]  # (B, width) the token after the prefix
-    usable = (token != EOS_ID) & (token != PAD_ID) & (scores > NEG_INF / 2)
-    order = tf.argsort(tf.cast(~usable, tf.int32), axis=1, stable=True)
-    token = tf.gather(token, order, batch_dims=1)
-    usable = tf.gather(usable, order, batch_dims=1)
-    taken = usable & (tf.range(width)[None, :] < count[:, None])  # (B, width)
-    rows = tf.cast(tf.where(taken), tf.int32)  # (A, 2): (text, alternative)
-    texts = rows[:, 0]
-    prefix = tf.RaggedTensor.from_tensor(steering.prefix, lengths=lengths)
+    batch = tf.shape(source)[0]
+    alternative = (steering.prefix_lengths > 0) & (count > 1)
+    plain = tf.cast(tf.where(~alternative)[:, 0], tf.int32)  # (Bn,)
+    steered = tf.cast(tf.where(alternative)[:, 0], tf.int32)  # (Ba,)
+    tokens, usable = first_pieces(steered, k)
+    taken = usable & (tf.range(k)[None, :] < tf.gather(count, steered)[:, None])
+    pairs = tf.cast(tf.where(taken), tf.int32)  # (A, 2): (steered text, alternative)
+    texts = tf.gather(steered, pairs[:, 0])  # (A,) chunk row of each alternative
+    prefix = tf.RaggedTensor.from_tensor(steering.prefix, lengths=steering.prefix_lengths)
     extended = tf.concat([tf.gather(prefix, texts),
-                          tf.RaggedTensor.from_tensor(tf.gather_nd(token, rows)[:, None])],
+                          tf.RaggedTensor.from_tensor(tf.gather_nd(tokens, pairs)[:, None])],
                          axis=1)
-    expanded = chunk_steering(tf.gather(steering.no_repeat_ngram_size, texts),
-                              tf.gather(steering.repetition_penalty, texts), extended)
-    out_ids, out_lengths, out_scores = search(tf.gather(source, texts), expanded, None, None)
-    text = detokenize(out_ids[:, 0], out_lengths[:, 0])
-    found = tf.size(texts)
-    # (B, K) index into the A continuations, A where a text has none there
-    slot = tf.scatter_nd(rows, tf.range(found) + 1, tf.stack([tf.shape(source)[0], k])) - 1
-    slot = tf.where(slot < 0, found, slot)
-    return (tf.gather(tf.concat([text, [""]], axis=0), slot),
-            tf.gather(tf.concat([out_scores[:, 0], [-float("inf")]], axis=0), slot))
+    rows = tf.concat([plain, texts], axis=0)
+    steer = chunk_steering(tf.gather(steering.no_repeat_ngram_size, rows),
+                           tf.gather(steering.repetition_penalty, rows),
+                           tf.concat([tf.gather(prefix, plain), extended], axis=0))
+    ids, lengths, scores = search(tf.gather(source, rows), steer)
+    n = tf.size(plain)
+    lists, list_scores = nbest_lists(ids[:n], lengths[:n], scores[:n],
+                                     tf.gather(count, plain), k, detokenize)
+    best = detokenize(ids[n:, 0], lengths[n:, 0])
+    # (B, K) index into [the plain lists' cells, the alternatives' best, an empty cell]
+    cells = n * k + tf.size(texts)
+    index = tf.fill([batch, k], cells)
+    index = tf.tensor_scatter_nd_update(
+        index, tf.stack([tf.repeat(plain, k), tf.tile(tf.range(k), [n])], axis=1),
+        tf.range(n * k))
+    index = tf.tensor_scatter_nd_update(index, tf.stack([texts, pairs[:, 1]], axis=1),
+                                        n * k + tf.range(tf.size(texts)))
+    text = tf.concat([tf.reshape(lists, [-1]), best, [""]], axis=0)
+    score = tf.concat([tf.reshape(list_scores, [-1]), scores[n:, 0], [-float("inf")]], axis=0)
+    return tf.gather(text, index), tf.gather(score, index)

@@ -10,11 +10,13 @@ import tensorflow as tf
 from tfxformer import checks, multilingual
 from tfxformer.config import DecodingOptions
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
-from tfxformer.decoding import beam_search, greedy_decode, sequence_beam_search
-from tfxformer.decoding.ensemble import check_members, decoder, members
+from tfxformer.decoding import beam_search, greedy_decode
+from tfxformer.decoding.common import NEG_INF, next_token_log_probs
+from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.sampling import fold_seed, seed_key
 from tfxformer.decoding.scoring import score_ragged
-from tfxformer.decoding.shortlist import check_table, shortlist_ids, to_vocabulary
+from tfxformer.decoding.shortlist import check_table, shortlist_ids
+from tfxformer.decoding.steering import Steering, next_logits, steer_logits
 from tfxformer.ids import EOS_ID
 from tfxformer.serving import steering
 from tfxformer.serving.compiled import CompiledSearch
@@ -301,23 +303,20 @@ class Translator(tf.Module):
                 shortlist = shortlist_ids(source, self.shortlist_table, tf.concat(
                     [self.shortlist_frequent, tf.gather(prefix, rows).flat_values], axis=0))
 
-            def search(source, steer, beams, stop_after):
-                return self._steered_search(source, first, steer, beams, stop_after,
-                                            shortlist)
+            def search(source, steer):
+                return self._steered_search(source, first, steer, shortlist)
+
+            def first_pieces(rows, k):
+                return self._first_pieces(tf.gather(source, rows), tf.gather(steer.prefix, rows),
+                                          tf.gather(steer.prefix_lengths, rows), tf.gather(
+                                              ngram, rows), tf.gather(penalty, rows),
+                                          k, shortlist)
 
             def detokenize(ids, lengths):
                 return self.detokenize(ids, lengths, tokenizer)
 
-            chunk_count = tf.gather(count, rows)
-            ids, lengths, scores = search(source, steer, None, None)
-            out = steering.nbest_lists(ids, lengths, scores, chunk_count, k, detokenize)
-            alternative = (steer.prefix_lengths > 0) & (chunk_count > 1)
-            alternatives = tf.cond(
-                tf.reduce_any(alternative),
-                lambda: steering.alternatives(search, source, steer, tf.where(
-                    alternative, chunk_count, 0), k, detokenize), lambda: out)
-            return tuple(tf.where(alternative[:, None], a, b)
-                         for a, b in zip(alternatives, out, strict=True))
+            return steering.steered_lists(search, first_pieces, source, steer,
+                                          tf.gather(count, rows), k, detokenize)
 
         translations, scores = steering.decode_grouped(
             keys, tf.cast(pieces.row_lengths(), tf.int32), self.max_batch_size, decode,
@@ -354,25 +353,37 @@ class Translator(tf.Module):
             warning = tf.where(where, joined, warning)
         return prefix, warning
 
-    def _steered_search(self, source, first, steer, beams, stop_after, shortlist):
-        """Beam search of one chunk of :meth:`nbest` with the Steering `steer` (its
-        prefixes in vocabulary ids), `beams` hypotheses (None: the chunk's beam size),
-        each text's output cut to `stop_after` (B,) tokens (None: its limit) -> (ids (B,
-        beams, L) vocabulary ids, lengths, scores (B, beams))."""
-        beam_size = first["beam_size"] if beams is None else beams
+    def _steered_search(self, source, first, steer, shortlist):
+        """Beam search of rows of one chunk of :meth:`nbest` with the Steering `steer` (its
+        prefixes in vocabulary ids) -> (ids (R, beam, L) vocabulary ids, lengths, scores
+        (R, beam))."""
         if shortlist is not None:  # the search's columns
-            columns = tf.searchsorted(shortlist[None, :], tf.reshape(steer.prefix, [1, -1]))
-            steer = steer._replace(prefix=tf.reshape(columns, tf.shape(steer.prefix)))
-        start = decoder(self.model, source, beam_size, first["extra_length"],
-                        self.max_output_tokens, False, shortlist)
-        if stop_after is not None:
-            start = start._replace(limits=tf.minimum(start.limits, stop_after))
-        out = sequence_beam_search(start, beam_size, first["alpha"],
-                                   stopping=self.options.stopping,
-                                   length_normalization=self.options.length_normalization,
-                                   steering=steer)
-        ids = out.ids if shortlist is None else to_vocabulary(out.ids, shortlist)
-        return ids, out.lengths, out.scores
+            steer = steer._replace(prefix=_columns(shortlist, steer.prefix))
+        out = beam_search(self.model, source, first["beam_size"], first["alpha"],
+                          first["extra_length"], self.max_output_tokens, shortlist=shortlist,
+                          stopping=self.options.stopping,
+                          length_normalization=self.options.length_normalization,
+                          steering=steer)
+        return out.ids, out.lengths, out.scores
+
+    def _first_pieces(self, source, prefix, lengths, ngram, penalty, k, shortlist):
+        """The `k` most probable pieces after each prefix, EOS left out, by one
+        teacher-forced decode, with the repetition controls (the prefix their history):
+        ((R, k) vocabulary ids, most probable first; (R, k) bool usable)."""
+        logits = next_logits(self.model, source, prefix, lengths)  # (R, V)
+        history = prefix
+        if shortlist is not None:
+            logits, history = tf.gather(logits, shortlist, axis=1), _columns(shortlist, prefix)
+        logits = steer_logits(logits, history, lengths, Steering(ngram, penalty, history,
+                                                                 lengths))
+        log_probs = next_token_log_probs(logits)
+        vocab = tf.shape(log_probs)[1]
+        log_probs = tf.where(tf.equal(tf.range(vocab), EOS_ID)[None, :], NEG_INF, log_probs)
+        values, tokens = tf.math.top_k(log_probs, k=tf.minimum(k, vocab))
+        if shortlist is not None:
+            tokens = tf.gather(shortlist, tokens)
+        pad = [[0, 0], [0, k - tf.shape(tokens)[1]]]
+        return tf.pad(tokens, pad), tf.pad(values > NEG_INF / 2, pad)
 
     def score_pairs(self, text, target, target_language=None):
         """The graph behind the `score` signature: log P(target | text) of each pair by
@@ -614,6 +625,12 @@ class Translator(tf.Module):
         if self.compiled_search is None or shortlist is not None:
             return graph()
         return self.compiled_search.or_else(source, options, graph)
+
+
+def _columns(shortlist, ids):
+    """Vocabulary ids (any shape) in the shortlist -> its columns."""
+    columns = tf.searchsorted(shortlist[None, :], tf.reshape(ids, [1, -1]))
+    return tf.reshape(columns, tf.shape(ids))
 
 
 def _listed(languages):
