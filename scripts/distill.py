@@ -31,7 +31,7 @@ from tfxformer import cli  # noqa: E402
 
 
 def build_parser():
-    from tfxformer.config import DecodingOptions  # plain settings: no TensorFlow yet
+    from tfxformer.config import DecodingOptions
 
     defaults = DecodingOptions()
     parser = argparse.ArgumentParser(

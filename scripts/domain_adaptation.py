@@ -14,7 +14,7 @@ group; training keeps every pair of its groups. The split is a deterministic fun
     python scripts/train_wmt.py --init-from saved_models/multi30k_en_de --data runs/tatoeba ...
     python scripts/train_wmt.py --preset multi30k --vocab-size 8000 --data runs/tatoeba ...
 
-docs/fine_tuning.md ("Domain adaptation, measured") has the exact commands and the figures.
+docs/results/domain_adaptation.md has the exact commands and the figures.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ BUFFER_BATCHES = 16  # pairs read ahead, in batches, and sorted by length to bat
 
 
 def build_parser():
-    from tfxformer.config import DecodingOptions  # plain settings: no TensorFlow yet
+    from tfxformer.config import DecodingOptions
 
     parser = argparse.ArgumentParser(
         prog="python scripts/score.py",

@@ -6,7 +6,8 @@ overrides into one. :class:`DecodingOptions` is how a model translates (§6.1: b
 α 0.6, output up to the source length + 50). Both round-trip through JSON
 (`to_dict` / `from_dict`), which is how run dirs and SavedModels store them.
 
-This module imports nothing heavy (no TensorFlow), so a client script can use it.
+The module itself uses no TensorFlow, but importing it runs the package's `__init__`,
+which imports Keras and TensorFlow.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ targets, ``mul`` being ISO 639-2's code for several languages), written from a f
 parallel files by :func:`write_folder` (``scripts/prepare_multilingual.py``). Training with
 ``target_languages`` reserves the tags in the vocabulary; the export's signatures then take
 a ``target_language`` input and add the tag in the graph
-(:class:`tfxformer.serving.Translator`), the same string that training saw. This module
-loads without TensorFlow.
+(:class:`tfxformer.serving.Translator`), the same string that training saw. The module
+itself uses no TensorFlow (importing it still runs the package's `__init__`).
 """
 
 from __future__ import annotations
