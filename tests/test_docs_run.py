@@ -66,9 +66,10 @@ blocks run exactly as written):
   (400 when absent).
 - distill.py: `--limit` at most 40 (40 when absent: the first 40 training pairs).
 What is not rewritten costs what it costs: an export of a shipped model takes ~30 s of CPU,
-a process that loads one and translates ~15 s; the budget of this file is ~40 s in the fast
-tier and ~150 s in all (2 cores), so pages mark exports slow or skip them with the test that
-checks their claim.
+a process that loads one and translates ~15 s, the README's tiny training with its export
+~60 s, even at 2 steps (tracing the step and the translator). The budget of this file is
+~40 s in the fast tier and ~150 s in all (2 cores), so pages mark exports slow or skip them
+with the test that checks their claim.
 """
 
 import concurrent.futures
