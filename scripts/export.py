@@ -170,10 +170,12 @@ def build_parser():
                         help="with --rerank-with: candidates per sentence (default: the beam "
                              "size; the beam is made at least this wide)")
     parser.add_argument("--xla-max-batch", type=int, default=DEFAULT_MAX_BATCH, metavar="N",
-                        help="chunks of at most N sentences (a lone sentence) run an "
-                             "XLA-compiled beam search, several times faster per sentence; "
-                             "TF Serving then needs --xla_cpu_compilation_enabled=true "
-                             "(docs/serving.md); 0 turns it off (default: %(default)s)")
+                        help="chunks of at most N sentences run an XLA-compiled beam "
+                             "search, several times faster per sentence (1: for interactive "
+                             "serving, one sentence a request); it compiles a program per "
+                             "length bucket when the version loads and TF Serving then needs "
+                             "--xla_cpu_compilation_enabled=true (docs/serving.md); "
+                             "default: %(default)s, off")
     return parser
 
 

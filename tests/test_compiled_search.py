@@ -64,10 +64,10 @@ def test_applies_only_to_the_compiled_options(spm_model):
 @pytest.fixture(scope="module")
 def xla_export(spm_model, tmp_path_factory):
     """(graph-path translator, version dir of the same weights exported with the compiled
-    search of lone sentences, as exports default)."""
+    search of lone sentences, as `--xla-max-batch 1` exports)."""
     from tfxformer.serving import export_translator
 
-    graph, compiled = _translators(spm_model)  # xla_max_batch 1, as exports default
+    graph, compiled = _translators(spm_model)  # xla_max_batch 1, as --xla-max-batch 1 exports
     folder = tmp_path_factory.mktemp("xla_export")
     return graph, compiled, export_translator(compiled, str(folder / "tiny"),
                                               config={"src": "en", "tgt": "de"})

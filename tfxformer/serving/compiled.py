@@ -38,9 +38,12 @@ import tensorflow as tf
 from tfxformer import checks
 from tfxformer.decoding import beam_search
 
-# Sentences per chunk compiled by default: at batch 1 XLA removes most of the step's cost;
-# by batch 64 the graph path is faster (finished sentences leave its batch).
-DEFAULT_MAX_BATCH = 1
+# Sentences per chunk compiled by default: none. At batch 1 XLA removes most of the step's
+# cost (by batch 64 the graph path is faster: finished sentences leave its batch), but the
+# compiled programs take minutes to build when a version loads, hold more memory, and
+# stock tensorflow_model_server runs them only with --xla_cpu_compilation_enabled=true:
+# an export for interactive serving asks for them (--xla-max-batch 1).
+DEFAULT_MAX_BATCH = 0
 _SMALLEST_LENGTH_BUCKET = 16
 
 
