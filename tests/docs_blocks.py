@@ -40,6 +40,8 @@ TRAIN_MAX_LENGTH = 32
 TRAIN_AVERAGE_LAST = 2
 TRAIN_SHUFFLE_BUFFER = 300
 DISTILL_LIMIT = 40
+TINY_VAL = 20  # validation pairs of a corpus the scripts split off (the tiny Multi30k's too)
+TINY_TEST = 8  # test pairs alike
 MULTI30K = "../shared/data/multi30k"
 
 
@@ -278,6 +280,9 @@ def rewrite_args(script, args, tiny_corpus, scratch):
             args = set_flag(args, "--shuffle-buffer", str(TRAIN_SHUFFLE_BUFFER))
     elif script == "scripts/distill.py":
         args = set_flag(args, "--limit", str(DISTILL_LIMIT), cap=DISTILL_LIMIT)
+    elif script == "scripts/domain_adaptation.py":
+        args = set_flag(args, "--val", str(TINY_VAL), cap=TINY_VAL)
+        args = set_flag(args, "--test", str(TINY_TEST), cap=TINY_TEST)
     return args
 
 

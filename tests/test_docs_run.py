@@ -65,6 +65,8 @@ blocks run exactly as written):
   300` when absent; without --init-from also `--preset tiny` and `--vocab-size` at most 400
   (400 when absent).
 - distill.py: `--limit` at most 40 (40 when absent: the first 40 training pairs).
+- domain_adaptation.py: `--val` at most 20, `--test` at most 8 (so when absent): the
+  evaluations of the Tatoeba split translate 8 sentences, not 2,000.
 What is not rewritten costs what it costs: an export of a shipped model takes ~30 s of CPU,
 a process that loads one and translates ~15 s, the README's tiny training with its export
 ~60 s, even at 2 steps (tracing the step and the translator). The budget of this file is
@@ -83,7 +85,17 @@ import sys
 
 import pytest
 from conftest import SHARED_DATA
-from docs_blocks import classify, join, parse_blocks, rewrite, shareable, shell_lines, tokenize
+from docs_blocks import (
+    TINY_TEST,
+    TINY_VAL,
+    classify,
+    join,
+    parse_blocks,
+    rewrite,
+    shareable,
+    shell_lines,
+    tokenize,
+)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "docs_blocks.py")
@@ -104,8 +116,8 @@ LINKED = {".venv", "scripts", "tfxformer", "tests", "tfxformer.egg-info"}
 NOT_COPIED = {".git", ".pytest_cache", ".ruff_cache", "runs", "saved_models", "__pycache__"}
 # Commands too long for the fast tier.
 SLOW_SCRIPTS = {"scripts/train_wmt.py", "scripts/export.py", "scripts/distill.py"}
-TINY_LINES = {"train": 300, "val": 20}
-TINY_TEST_LINES = 8
+TINY_LINES = {"train": 300, "val": TINY_VAL}
+TINY_TEST_LINES = TINY_TEST
 
 
 def read_page(page):
