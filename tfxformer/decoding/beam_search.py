@@ -25,6 +25,11 @@ sentences still running): the per-hypothesis cache follows its hypotheses with o
 `tf.gather` per step; the per-sentence context (the cross-attention memory) is shared by
 the K beams and never moved, except when finished sentences leave the batch.
 
+Terminology constraints (phrases every output must hold, in a
+:class:`tfxformer.decoding.steering.Steering`) change which candidates stay alive and may
+finish: :mod:`tfxformer.decoding.constraints` (dynamic beam allocation), run only when
+the batch has a constraint token.
+
 Shapes: B batch, B' sentences still running, K beam size, L output columns, V vocabulary.
 """
 
@@ -36,11 +41,17 @@ import tensorflow as tf
 
 from tfxformer import checks
 from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES
-from tfxformer.decoding import common, topk
+from tfxformer.decoding import common, constraints, topk
 from tfxformer.decoding.common import NEG_INF, DecodeStart
 from tfxformer.decoding.ensemble import decoder
 from tfxformer.decoding.shortlist import to_vocabulary
-from tfxformer.decoding.steering import Steering, force_prefix, hypothesis_rows, steer_logits
+from tfxformer.decoding.steering import (
+    Steering,
+    force_prefix,
+    has_constraints,
+    hypothesis_rows,
+    steer_logits,
+)
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -70,6 +81,7 @@ class _BeamState(NamedTuple):
     cache: Any  # leaves (B' * K, ...), row b * K + k: alive hypothesis k of sentence b
     context: Any  # leaves (B', ...)
     steering: Any = ()  # a decoding.steering.Steering of the running sentences, or ()
+    constraint_state: Any = ()  # a decoding.constraints.ConstraintState of the alive, or ()
 
 
 def length_penalty(length, alpha):
@@ -124,6 +136,11 @@ def top_extensions(logits, alive_log_probs, count, pad_id=PAD_ID, bos_id=BOS_ID,
     log_probs = common.next_token_log_probs(logits, pad_id, bos_id)  # (B'·K, V)
     if adjust is not None:
         log_probs = adjust(log_probs)
+    return _best_extensions(log_probs, alive_log_probs, count)
+
+
+def _best_extensions(log_probs, alive_log_probs, count):
+    """:func:`top_extensions` from the (B'·K, V) next-token log-probabilities."""
     k = alive_log_probs.shape[1] or tf.shape(alive_log_probs)[1]
     batch, vocab = tf.shape(alive_log_probs)[0], log_probs.shape[-1] or tf.shape(log_probs)[-1]
     log_probs = tf.reshape(log_probs, [batch, k, vocab]) + alive_log_probs[:, :, None]
@@ -163,8 +180,10 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
         length_normalization: "gnmt" (lp(Y), §6.1) or "length" (|Y|^α without the EOS):
             :func:`length_normalizer`.
         steering: None, or a :class:`tfxformer.decoding.steering.Steering` of the B
-            sentences (repetition control, a forced prefix): applied to every step's
-            logits; while a sentence's prefix is forced one hypothesis is alive.
+            sentences (repetition control, a forced prefix, terminology constraints):
+            applied to every step's logits; while a sentence's prefix is forced one
+            hypothesis is alive; constraints steer which hypotheses stay alive and may
+            finish (:mod:`tfxformer.decoding.constraints`).
 
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K),
@@ -176,6 +195,9 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
                             stopping, length_normalization)
     batch = tf.shape(start.limits)[0]
     state = search.initial_state(start)._replace(steering=() if steering is None else steering)
+    if has_constraints(steering):
+        state = state._replace(constraint_state=constraints.initial_state(
+            steering.constraints, beam_size))
     out = (tf.fill([batch, beam_size, start.output_columns], pad_id),
            tf.fill([batch, beam_size], NEG_INF), tf.zeros([batch], tf.int32))
 
@@ -256,7 +278,9 @@ class BeamSearchLoop:
         full = tf.reduce_all(state.finished_flags, axis=1)
         if self.stopping == "bound":
             # The largest normalizer an alive hypothesis may reach: at its limit, no EOS.
-            best_alive = state.alive_log_probs[:, 0] / self._normalizer(state.limits)
+            # (constraints order the alive ones by bank, not by score: the max)
+            best_alive = tf.reduce_max(state.alive_log_probs, axis=1) / self._normalizer(
+                state.limits)
             full &= tf.reduce_min(state.finished_scores, axis=1) > best_alive
         return full | (state.i >= state.limits)
 
@@ -275,31 +299,44 @@ class BeamSearchLoop:
 
     def step(self, state):
         i, k = state.i, self.beam_size
-        seq, log_probs, beams, tokens, cache = self._grow(state)
-        ended = tf.equal(tokens, self.eos_id) | (i + 1 >= state.limits[:, None])  # (B', 2K)
-        # Only the K best extensions of a step may finish (they are the beam; so beam 1
+        pick, cache = self._grow(state)
+        seq = common.write_column(_gather(state.alive_seq, pick.beams), i + 1, pick.tokens)
+        log_probs, tokens = pick.log_probs, pick.tokens  # (B', 2K)
+        ended = self._ended(tokens, i, state.limits)
+        # Only the K first extensions of a step may finish (they are the beam; so beam 1
         # is greedy), and none that descends from no real hypothesis.
         in_beam = tf.range(2 * k) < k
         ended_real = ended & in_beam[None, :] & (log_probs > NEG_INF / 2)
-
-        alive_log_probs = tf.where(ended, NEG_INF, log_probs)
-        alive_log_probs, alive = tf.math.top_k(alive_log_probs, k=k)  # (B', K)
-        batch = tf.shape(alive)[0]
-        rows = tf.reshape(_gather(beams, alive) + tf.range(batch)[:, None] * k, [-1])
+        batch = tf.shape(pick.alive)[0]
+        rows = tf.reshape(_gather(pick.beams, pick.alive) + tf.range(batch)[:, None] * k,
+                          [-1])
 
         normalizer = self._normalizer(i + 1, tf.equal(tokens, self.eos_id))
         scores = tf.where(ended_real, log_probs / normalizer, NEG_INF)
         scores = tf.concat([state.finished_scores, scores], axis=1)  # (B', 3K)
-        scores, best = tf.math.top_k(scores, k=k)
+        if has_constraints(state.steering):  # the finished ones so far are complete
+            ranked = constraints.finished_rank(scores, tf.pad(pick.incomplete,
+                                                              [[0, 0], [k, 0]]))
+            _, best = tf.math.top_k(ranked, k=k)
+            scores = _gather(scores, best)
+        else:
+            scores, best = tf.math.top_k(scores, k=k)
         return state._replace(
-            i=i + 1, alive_seq=_gather(seq, alive), alive_log_probs=alive_log_probs,
+            i=i + 1, alive_seq=_gather(seq, pick.alive), alive_log_probs=pick.alive_log_probs,
             finished_seq=_gather(tf.concat([state.finished_seq, seq], axis=1), best),
             finished_scores=scores,
             finished_flags=_gather(tf.concat([state.finished_flags, ended_real], axis=1), best),
-            cache=common.gather_rows(cache, rows))
+            cache=common.gather_rows(cache, rows), constraint_state=pick.constraint_state)
+
+    def _ended(self, tokens, i, limits):
+        """(B', M) bool: candidates of tokens (B', M) written at step `i` that end."""
+        return tf.equal(tokens, self.eos_id) | (i + 1 >= limits[:, None])
 
     def _grow(self, state):
-        """Scores every one-token extension of the alive hypotheses; keeps the best 2K."""
+        """Scores every one-token extension of the alive hypotheses and picks the
+        candidates (a :class:`tfxformer.decoding.constraints.Selection`): the best 2K,
+        the K best that do not end alive; with constraints in the batch, the constrained
+        step's."""
         i = state.i
         tokens = tf.reshape(state.alive_seq[:, :, i], [-1, 1])  # (B'·K, 1), the last token
         logits, cache = self.step_fn(tokens, i, state.cache, state.context)
@@ -310,11 +347,30 @@ class BeamSearchLoop:
             logits = steer_logits(logits, tf.reshape(written, [-1, tf.shape(written)[2]]), i,
                                   rows)
             adjust = lambda log_probs: force_prefix(log_probs, i, rows)  # noqa: E731
-        log_probs, beams, tokens = top_extensions(logits, state.alive_log_probs,
-                                                  2 * self.beam_size, self.pad_id, self.bos_id,
-                                                  adjust)
-        seq = common.write_column(_gather(state.alive_seq, beams), i + 1, tokens)
-        return seq, log_probs, beams, tokens, cache  # (B', 2K, L + 1), (B', 2K) x 3
+        log_probs = common.next_token_log_probs(logits, self.pad_id, self.bos_id)
+        if adjust is not None:
+            log_probs = adjust(log_probs)
+
+        def plain():
+            best, beams, tokens = _best_extensions(log_probs, state.alive_log_probs,
+                                                   2 * self.beam_size)
+            ended = self._ended(tokens, i, state.limits)
+            alive_log_probs, alive = tf.math.top_k(tf.where(ended, NEG_INF, best),
+                                                   k=self.beam_size)
+            return constraints.Selection(best, beams, tokens, alive, alive_log_probs,
+                                         tf.zeros_like(ended), state.constraint_state)
+
+        if not has_constraints(state.steering):
+            return plain(), cache
+        steer = state.steering
+
+        def constrained():
+            return constraints.select(
+                log_probs, state.alive_log_probs, state.constraint_state, steer.constraints,
+                steer.constraint_continues, lambda t: self._ended(t, i, state.limits),
+                self.eos_id)
+
+        return tf.cond(constraints.present(steer.constraints), constrained, plain), cache
 
     def result(self, state):
         """(ids (B', K, L), scores (B', K)): finished hypotheses, best first; the alive

@@ -14,7 +14,7 @@ from tfxformer.decoding.common import DEFAULTS, DecodeStart
 from tfxformer.decoding.ensemble import decoder
 from tfxformer.decoding.sampling import Sampler, make_sampler
 from tfxformer.decoding.shortlist import to_vocabulary
-from tfxformer.decoding.steering import Steering, force_prefix, steer_logits
+from tfxformer.decoding.steering import Steering, check_no_constraints, force_prefix, steer_logits
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -63,12 +63,14 @@ def greedy_search(start: DecodeStart, eos_id=EOS_ID, pad_id=PAD_ID, bos_id=BOS_I
             with temperature, top-k and top-p, reproducibly per seed.
         steering: None, or a :class:`tfxformer.decoding.steering.Steering` of the B
             sentences (repetition control, a forced prefix), applied to every step's
-            logits before the argmax or the draw.
+            logits before the argmax or the draw; constraints are beam search's
+            (ValueError here).
 
     Returns:
         :class:`DecodeOutput` with ids (B, L), lengths (B,), scores (B,); a score is the
         model's log P(Y | X) of the output (sampled or not: no temperature, no top-k).
     """
+    check_no_constraints(steering, "greedy decoding and sampling")
     eos = common.check_ids(eos_id, pad_id, bos_id)
     batch = tf.shape(start.limits)[0]
     length = start.output_columns

@@ -1,4 +1,5 @@
-"""Per-sentence control of what a search may write: repetition control and a forced prefix.
+"""Per-sentence control of what a search may write: repetition control, a forced prefix
+and terminology constraints.
 
 Not in the paper; CTranslate2's decoding options, with its semantics
 (`ctranslate2::RepetitionPenalty`, `NoRepeatNgram` and the hard target prefix of its
@@ -14,6 +15,11 @@ Not in the paper; CTranslate2's decoding options, with its semantics
 * `prefix`: the first tokens of the output are given (a translator's partial translation):
   while a hypothesis is inside its prefix, only the prefix's next token may follow,
   scored with the model's log-probability of it (the search's score stays log P(Y | X)).
+* `constraints`: phrases (token sequences) every output of beam search must hold
+  (lexically constrained decoding with dynamic beam allocation, Post & Vilar, 2018;
+  :mod:`tfxformer.decoding.constraints`). They are held flattened: (B, T) tokens, PAD
+  after, and `constraint_continues` (B, T) bool, True where token t is followed by token
+  t + 1 of the same phrase.
 
 A :class:`Steering` holds them per sentence; the searches apply it at each step to the
 step function's logits (:func:`steer_logits`) and log-probabilities
@@ -26,7 +32,7 @@ P prefix columns, V vocabulary.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
@@ -34,7 +40,8 @@ from tfxformer.decoding.common import NEG_INF
 from tfxformer.decoding.ensemble import ensemble_log_probs, members
 from tfxformer.ids import BOS_ID, PAD_ID
 
-__all__ = ["Steering", "force_prefix", "make_steering", "next_logits", "steer_logits"]
+__all__ = ["Steering", "flatten_constraints", "force_prefix", "has_constraints",
+           "make_steering", "next_logits", "steer_logits"]
 
 
 class Steering(NamedTuple):
@@ -45,6 +52,8 @@ class Steering(NamedTuple):
     repetition_penalty: tf.Tensor  # (B,) float32 > 0, 1 = off
     prefix: tf.Tensor  # (B, P) int32 forced first tokens, PAD after each prefix
     prefix_lengths: tf.Tensor  # (B,) int32 tokens of each prefix, 0 = none
+    constraints: Any = ()  # (B, T) int32 phrases' tokens, flattened, PAD after; () = none
+    constraint_continues: Any = ()  # (B, T) bool: token t + 1 is the same phrase's next
 
 
 def _per_sentence(value, batch, dtype):
@@ -52,7 +61,8 @@ def _per_sentence(value, batch, dtype):
     return tf.broadcast_to(value, [batch]) if value.shape.rank == 0 else value
 
 
-def make_steering(batch, no_repeat_ngram_size=0, repetition_penalty=1.0, prefix=None):
+def make_steering(batch, no_repeat_ngram_size=0, repetition_penalty=1.0, prefix=None,
+                  constraints=None):
     """The :class:`Steering` of `batch` sentences, or None when every option is off and a
     Python value (the search then runs as without steering).
 
@@ -62,6 +72,10 @@ def make_steering(batch, no_repeat_ngram_size=0, repetition_penalty=1.0, prefix=
         repetition_penalty: > 0, a scalar or (B,) (1 = off).
         prefix: None, or (B, P) int ids (PAD after each prefix) or a (B, None) ragged
             tensor: the forced first output tokens (no EOS).
+        constraints: None, or per sentence the phrases every beam search output must
+            hold: a (B, None, None) ragged tensor of token ids (sentence, phrase, token),
+            or the flattened form, a pair ((B, T) ids, PAD after; (B, T) bool
+            continues) (:func:`flatten_constraints`). Beam search only.
 
     Raises:
         ValueError: a Python value out of range (tensors get graph assertions).
@@ -76,7 +90,8 @@ def make_steering(batch, no_repeat_ngram_size=0, repetition_penalty=1.0, prefix=
         if not repetition_penalty > 0:
             raise ValueError("`repetition_penalty` must be a number > 0 (1 = off), got "
                              f"{repetition_penalty!r}.")
-        if prefix is None and no_repeat_ngram_size == 0 and repetition_penalty == 1.0:
+        if prefix is None and constraints is None and no_repeat_ngram_size == 0 \
+                and repetition_penalty == 1.0:
             return None
     size = _per_sentence(no_repeat_ngram_size, batch, tf.int32)
     penalty = _per_sentence(repetition_penalty, batch, tf.float32)
@@ -91,13 +106,51 @@ def make_steering(batch, no_repeat_ngram_size=0, repetition_penalty=1.0, prefix=
     else:
         ids = tf.cast(tf.convert_to_tensor(prefix), tf.int32)
         lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)
+    tokens, continues = (), ()
+    if isinstance(constraints, tf.RaggedTensor):
+        tokens, continues = flatten_constraints(constraints)
+    elif constraints is not None:
+        tokens, continues = constraints
+        tokens = tf.cast(tf.convert_to_tensor(tokens), tf.int32)
+        continues = tf.cast(tf.convert_to_tensor(continues), tf.bool) & (tokens != PAD_ID)
     with tf.control_dependencies(checks):
-        return Steering(tf.identity(size), tf.identity(penalty), ids, lengths)
+        return Steering(tf.identity(size), tf.identity(penalty), ids, lengths, tokens,
+                        continues)
+
+
+def flatten_constraints(phrases):
+    """(B, None, None) ragged phrases of token ids (empty phrases allowed) -> ((B, T)
+    int32 tokens, PAD after; (B, T) bool: token t + 1 is the same phrase's next)."""
+    phrases = tf.cast(phrases, tf.int32)
+    pieces = phrases.values  # (B·P, None) the phrases' tokens
+    lengths = tf.cast(pieces.row_lengths(), tf.int32)
+    continues = tf.ragged.range(lengths).flat_values < tf.repeat(lengths - 1, lengths)
+    splits = tf.gather(pieces.row_splits, phrases.row_splits)  # each sentence's tokens
+    flat = tf.RaggedTensor.from_row_splits(pieces.flat_values, splits)
+    flags = tf.RaggedTensor.from_row_splits(continues, splits)
+    return flat.to_tensor(PAD_ID), flags.to_tensor(False)
 
 
 def hypothesis_rows(steering: Steering, beams) -> Steering:
-    """Each sentence's steering repeated for its `beams` hypotheses (row b * beams + k)."""
+    """Each sentence's steering repeated for its `beams` hypotheses (row b * beams + k),
+    its constraints left out (a beam search reads them per sentence)."""
+    steering = steering._replace(constraints=(), constraint_continues=())
     return tf.nest.map_structure(lambda t: tf.repeat(t, beams, axis=0), steering)
+
+
+def has_constraints(steering) -> bool:
+    """Whether `steering` (a :class:`Steering`, None or ()) may hold constraints: their
+    tensor is there and not known to have 0 columns (decided when tracing)."""
+    return isinstance(steering, Steering) and isinstance(steering.constraints, tf.Tensor) \
+        and steering.constraints.shape[1] != 0
+
+
+def check_no_constraints(steering, search):
+    """ValueError if `steering` has constraints: only beam search takes them."""
+    if has_constraints(steering):
+        raise ValueError(f"Terminology `constraints` need beam search; {search} does not "
+                         "take them: use beam search (e.g. beam_size >= 1 with "
+                         "tfxformer.decoding.beam_search) or leave `constraints` None.")
 
 
 def _seen(history, valid, vocab):

@@ -1,0 +1,142 @@
+"""Terminology constraints (tfxformer.decoding.constraints, docs/steering.md): lexically
+constrained beam search with dynamic beam allocation, in process, in the exported
+`translate_nbest` signature and in scripts/translate.py --constraints-file."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfxformer.decoding import EOS_ID, DecodeStart, beam_search, greedy_decode
+from tfxformer.decoding.adapter import output_limits
+from tfxformer.decoding.beam_search import sequence_beam_search
+from tfxformer.decoding.constraints import ConstraintState, _advance
+from tfxformer.decoding.steering import make_steering
+
+VOCAB = 30
+
+
+def bigram_start(source_ids, beams, extra_length=12, seed=3):
+    """A step function with random bigram log-probabilities (the next token depends on
+    the last one) and EOS more likely from position 4 on, so hypotheses end early."""
+    rng = np.random.default_rng(seed)
+    table = tf.constant(rng.normal(size=(VOCAB, VOCAB)) * 2.0, tf.float32)
+    source_ids = tf.constant(source_ids)
+    limits, length = output_limits(tf.not_equal(source_ids, 0), 64, extra_length)
+    batch = tf.shape(source_ids)[0]
+
+    def step_fn(ids, index, cache, context):
+        bonus = tf.where(index >= 4, 3.0, -3.0)
+        eos = tf.one_hot(EOS_ID, VOCAB) * bonus
+        return tf.gather(table, ids[:, -1]) + eos[None], cache
+
+    return DecodeStart(step_fn, {"rows": tf.zeros([batch * beams, 1])}, {}, limits, length)
+
+
+SOURCES = [[5, 6, 7, 8, 3], [9, 10, 11, 3, 0], [12, 13, 3, 0, 0], [14, 3, 0, 0, 0]]
+
+
+def search(phrases, beams=4, **steer):
+    batch = len(SOURCES)
+    steering = make_steering(batch, constraints=None if phrases is None else tf.ragged.constant(
+        phrases, ragged_rank=2, dtype=tf.int32), **steer)
+    return sequence_beam_search(bigram_start(SOURCES, beams), beams, 0.6, steering=steering)
+
+
+def holds(output, phrase):
+    return any(output[i:i + len(phrase)] == phrase for i in range(len(output)))
+
+
+def outputs(out):
+    """Per sentence, its hypotheses as (tokens without EOS, ended by EOS)."""
+    lists = []
+    for ids, lengths, scores in zip(out.ids.numpy(), out.lengths.numpy(), out.scores.numpy(),
+                                    strict=True):
+        lists.append([(row[:n][:-1].tolist() if row[n - 1] == EOS_ID else row[:n].tolist(),
+                       bool(row[n - 1] == EOS_ID))
+                      for row, n, s in zip(ids, lengths, scores, strict=True) if s > -1e8])
+    return lists
+
+
+def test_every_output_that_ends_holds_each_phrase():
+    """One token, a phrase of three, two phrases, two phrases with the same first token:
+    every output ended by EOS holds each phrase contiguously, and the best one ends."""
+    plain = outputs(search(None))
+    favourite = plain[0][0][0][0]  # the unconstrained best's first token
+    phrases = [[[21, 22, 23]], [[5]], [[favourite, 25], [favourite, 26, 27]],
+               [[24, 19], [11]]]
+    found = outputs(search(phrases))
+    for sentence, wanted in zip(found, phrases, strict=True):
+        assert sentence[0][1], sentence  # the best output ended before its limit
+        for tokens, ended in sentence:
+            if ended:
+                assert all(holds(tokens, phrase) for phrase in wanted), (tokens, wanted)
+    assert not all(holds(plain[0][0][0], p) for p in phrases[0])  # the search had to work
+
+
+def test_without_constraints_the_search_is_the_plain_one():
+    """No constraint token in the batch: the plain search's ids and scores; in a batch
+    where some rows have constraints, the others are decoded as by the plain search."""
+    plain = search(None, repetition_penalty=1.0 + 1e-6)
+    empty = search([[], [], [], []], repetition_penalty=1.0 + 1e-6)
+    np.testing.assert_array_equal(empty.ids, plain.ids)
+    np.testing.assert_array_equal(empty.scores, plain.scores)
+    mixed = search([[[21, 22]], [], [[17]], []], repetition_penalty=1.0 + 1e-6)
+    for row in (1, 3):
+        np.testing.assert_array_equal(mixed.ids[row], plain.ids[row])
+        np.testing.assert_array_equal(mixed.scores[row], plain.scores[row])
+
+
+def test_a_static_cache_decodes_as_a_growing_one():
+    phrases = tf.ragged.constant([[[21, 22]], [], [[17], [5]], [[24]]], ragged_rank=2)
+    steering = make_steering(4, constraints=phrases)
+    grown, static = (sequence_beam_search(bigram_start(SOURCES, 3), 3, 0.6, steering=steering,
+                                          static_cache=fixed) for fixed in (False, True))
+    np.testing.assert_array_equal(grown.ids, static.ids)
+    np.testing.assert_allclose(grown.scores, static.scores)
+
+
+def test_a_prefix_is_forced_first_and_the_phrases_follow():
+    out = outputs(search([[[21, 22]], [[17]], [], [[24]]],
+                         prefix=tf.ragged.constant([[8, 9], [], [5], [21, 22]])))
+    for sentence, prefix, wanted in zip(out, [[8, 9], [], [5], [21, 22]],
+                                        [[21, 22], [17], None, [24]], strict=True):
+        for tokens, ended in sentence:
+            assert tokens[:len(prefix)] == prefix
+            if ended and wanted:
+                assert holds(tokens, wanted), (tokens, wanted)
+
+
+def test_a_mismatch_inside_a_phrase_unmeets_it():
+    """sockeye's advance(): phrase [5, 6, 7] and phrase [9]; 5 6 8 breaks the phrase,
+    and a token that breaks it may start a phrase (here 5 again)."""
+    constraints = tf.constant([[5, 6, 7, 9]])
+    continues = tf.constant([[True, True, False, False]])
+    state = ConstraintState(tf.zeros([1, 1, 4], tf.bool), tf.fill([1, 1], -1))
+
+    def write(state, token):
+        met, last = _advance(state.met, state.last, tf.constant([[token]]), constraints,
+                             continues)
+        return ConstraintState(met, last)
+
+    for token in (5, 6):
+        state = write(state, token)
+    assert state.met.numpy().tolist() == [[[True, True, False, False]]]
+    broken = write(state, 8)
+    assert broken.met.numpy().tolist() == [[[False] * 4]] and broken.last.numpy() == -1
+    again = write(state, 5)
+    assert again.met.numpy().tolist() == [[[True, False, False, False]]]
+    done = write(write(state, 7), 9)
+    assert done.met.numpy().tolist() == [[[True] * 4]]
+    assert write(done, 5).met.numpy().tolist() == [[[True] * 4]]  # met phrases stay met
+
+
+def test_greedy_decoding_refuses_constraints():
+    from tfxformer import Transformer
+
+    model = Transformer.from_preset("tiny", vocab_size=VOCAB, max_positions=32)
+    steering = make_steering(1, constraints=tf.ragged.constant([[[7]]], ragged_rank=2))
+    with pytest.raises(ValueError, match="constraints.*beam search"):
+        greedy_decode(model, tf.constant([[5, 3]]), steering=steering)
+    out = beam_search(model, tf.constant([[5, 3]]), beam_size=2, extra_length=4,
+                      steering=steering)
+    assert out.ids.shape[1] == 2
