@@ -18,10 +18,13 @@ beam search (back-translation, Edunov et al., 2018), reproducible with --seed:
 
 With --n-best K each line gets its K best translations as Moses n-best lines,
 "i ||| translation ||| score" (i counts input lines from 0; docs/steering.md);
---no-repeat-ngram-size, --repetition-penalty and --target-prefix-file steer the output:
+--no-repeat-ngram-size, --repetition-penalty, --target-prefix-file and --constraints-file
+steer the output:
 
     python scripts/translate.py --model saved_models/en_de --target-prefix-file starts.de \
         --n-best 3 < input.en
+    python scripts/translate.py --model saved_models/en_de --constraints-file terms.de \
+        < input.en
 """
 
 from __future__ import annotations
@@ -100,6 +103,11 @@ def parse_args(argv=None):
                           help="one target prefix per input line (an empty line = none): "
                                "each output starts with it; with --n-best K > 1 the list "
                                "holds the K best alternatives after it")
+    steering.add_argument("--constraints-file", metavar="FILE",
+                          help="terminology constraints, one line per input line: target "
+                               "phrases separated by TABs (an empty line = none); every "
+                               "translation that ends before its length limit holds each "
+                               "phrase (not with a CTranslate2 model)")
     ct2 = parser.add_argument_group("CTranslate2", "for a CTranslate2 model directory only")
     ct2.add_argument("--compute-type", metavar="TYPE",
                      help="CTranslate2's compute type: default (the type its weights were "
@@ -149,7 +157,8 @@ def _check_sampling_flags(parser, args):
     steered = [flag for flag, value in (("--n-best", args.n_best),
                                         ("--no-repeat-ngram-size", args.no_repeat_ngram_size),
                                         ("--repetition-penalty", args.repetition_penalty),
-                                        ("--target-prefix-file", args.target_prefix_file))
+                                        ("--target-prefix-file", args.target_prefix_file),
+                                        ("--constraints-file", args.constraints_file))
                if value is not None]
     if steered:
         parser.error(f"{', '.join(steered)} steer beam search (the translate_nbest "
@@ -178,10 +187,10 @@ def translate_stream(translate, lines, batch_size):
 
 def steered(args) -> bool:
     """Whether a flag asks for the `translate_nbest` signature (n-best lists, repetition
-    control or target prefixes)."""
+    control, target prefixes or constraints)."""
     return any(value is not None for value in (
         args.n_best, args.no_repeat_ngram_size, args.repetition_penalty,
-        args.target_prefix_file))
+        args.target_prefix_file, args.constraints_file))
 
 
 class Steered:
@@ -222,15 +231,44 @@ def with_prefixes(lines, path):
                      f"than the input ({number}).")
 
 
+def with_constraints(lines, path):
+    """The input lines (plain or :class:`tfxformer.serving.nbest.Line` s) with the lines of
+    the constraints file `path` (phrases separated by TABs); exits with an error if the
+    counts differ."""
+    from tfxformer.serving.nbest import Line
+
+    number = 0
+    with open(path, "rb") as f:
+        for number, line in enumerate(lines, 1):
+            phrases = f.readline()
+            if not phrases:
+                sys.exit(f"translate.py: error: --constraints-file {path!r} has "
+                         f"{number - 1} lines; the input has more: give one line of phrases "
+                         "(or an empty line) per input line.")
+            phrases = phrases.rstrip(b"\r\n")
+            if isinstance(line, Line):
+                yield Line(line.text, line.prefix, phrases)
+            else:
+                yield Line(line, "", phrases)
+        if f.readline():
+            sys.exit(f"translate.py: error: --constraints-file {path!r} has more lines than "
+                     f"the input ({number}).")
+
+
 def load(args):
     """The translate function the flags ask for: beam search, or sampling."""
     from tfxformer.locate import KINDS, resolve
     from tfxformer.serving.ctranslate2 import load_translate_fn
 
     sampled = tuple(k for k in KINDS if k != "ctranslate2")  # CTranslate2: beam search only
-    resolve(args.model, KINDS if args.sampling_topk is None else sampled,
-            "scripts/translate.py --model" + (" with --sampling-topk" if args.sampling_topk
-                                              is not None else ""))
+    source = resolve(args.model, KINDS if args.sampling_topk is None else sampled,
+                     "scripts/translate.py --model" + (" with --sampling-topk"
+                                                       if args.sampling_topk is not None
+                                                       else ""))
+    if args.constraints_file and source.kind == "ctranslate2":
+        raise ValueError(f"--constraints-file: {source.path!r} is a CTranslate2 model "
+                         "directory, and CTranslate2 has no terminology constraints: give "
+                         "the SavedModel or run dir of the model instead.")
     if args.sampling_topk is None:  # any model dir, CTranslate2's too
         rules = {k: v for k, v in (("stopping", args.stopping),
                                    ("length_normalization", args.length_normalization)) if v}
@@ -244,6 +282,11 @@ def load(args):
                                   compute_type=args.compute_type, threads=args.threads,
                                   no_repeat_ngram_size=args.no_repeat_ngram_size,
                                   repetition_penalty=args.repetition_penalty, **rules)
+            if args.constraints_file and not getattr(nbest, "takes_constraints", True):
+                raise ValueError(f"--constraints-file: {nbest.path!r} was exported before "
+                                 "translate_nbest took constraints: re-export it with "
+                                 f"python scripts/export.py --model {nbest.path} --export-dir "
+                                 "NEW_EXPORT_DIR")
             return Steered(nbest, best=args.n_best is None)
         return load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
                                  extra_length=args.extra_length, batch_size=args.batch_size,
@@ -281,6 +324,8 @@ def main(argv=None):
     lines = (line.rstrip(b"\r\n") for line in sys.stdin.buffer)
     if args.target_prefix_file:
         lines = with_prefixes(lines, args.target_prefix_file)
+    if args.constraints_file:
+        lines = with_constraints(lines, args.constraints_file)
     count, words, start = 0, 0, time.perf_counter()
     with tqdm(unit=" sent", file=sys.stderr, desc="translating") as progress:
         for text in translate_stream(translate, lines, args.batch_size):

@@ -140,3 +140,109 @@ def test_greedy_decoding_refuses_constraints():
     out = beam_search(model, tf.constant([[5, 3]]), beam_size=2, extra_length=4,
                       steering=steering)
     assert out.ids.shape[1] == 2
+
+
+# --- the `translate_nbest` signature's `constraints` input and translate.py
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_export, spm_model):
+    from conftest import tiny_export_translator
+
+    return tiny_export_translator(tiny_export, spm_model)
+
+
+def _pieces_hold(processor, text, phrase):
+    return holds(processor.encode(text), processor.encode(phrase))
+
+
+@pytest.mark.slow
+def test_the_exported_signature_forces_each_phrase(tiny_export, spm_model, tmp_path):
+    """Through the SavedModel: each phrase's pieces in the best translation (the tiny
+    model writes to its limit; the complete outputs come first); a line without
+    constraints gets the list it gets alone; a blank text's and a cut list's warnings."""
+    import sentencepiece as spm
+
+    from tfxformer.serving import load_nbest_fn
+    from tfxformer.serving.nbest import Line
+
+    processor = spm.SentencePieceProcessor(model_proto=spm_model)
+    nbest = load_nbest_fn(tiny_export, num_hypotheses=3, extra_length=16)
+    assert nbest.takes_constraints
+    lines = [Line("A dog runs in the park.", "", ["Hund", "im Park"]), "Two men talk.",
+             Line("", "", "Hund"), Line("A woman sings.", "Eine", "Frau"),
+             Line("A man.", "", "\t".join(["Mann"] + ["sehr langer Satz"] * 40))]
+    lists, warnings = nbest(lines), nbest.warnings
+    for line, found in zip(lines, lists, strict=True):
+        if isinstance(line, Line) and line.text:
+            best = found[0].text
+            assert best.startswith(line.prefix)
+            for phrase in line.constraints.split("\t")[:1]:
+                assert _pieces_hold(processor, best, phrase), (best, phrase)
+    alone = nbest(["Two men talk."])[0]
+    assert [h.text for h in lists[1]] == [h.text for h in alone]
+    np.testing.assert_allclose([h.score for h in lists[1]], [h.score for h in alone],
+                               rtol=1e-5)
+    assert warnings[2] == "blank text: constraints ignored"
+    assert warnings[4].startswith("constraints cut to ")
+    assert warnings[0] == warnings[1] == warnings[3] == ""
+
+
+@pytest.mark.slow  # traces the n-best graph
+def test_an_export_without_the_input_refuses_constraints_only(translator):
+    """An export made before `constraints` existed (its `translate_nbest` without that
+    input) still gives n-best lists; asked for constraints it says to re-export."""
+    from tfxformer.serving.nbest import Line, NBestFn
+    from tfxformer.serving.signatures import OpenedSignature
+    from tfxformer.serving.steering import NBEST_SPECS
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text"),
+                                  *NBEST_SPECS[:-1]])
+    def before(text, beam_size, alpha, extra_length, max_input_tokens, num_hypotheses,
+               no_repeat_ngram_size, repetition_penalty, target_prefix):
+        return translator.nbest(text, beam_size, alpha, extra_length, max_input_tokens,
+                                num_hypotheses, no_repeat_ngram_size, repetition_penalty,
+                                target_prefix)
+
+    opened = OpenedSignature(before.get_concrete_function(), translator, "old_export",
+                             "saved_model", (), translator.options)
+    nbest = NBestFn(opened, translator.options, 2)
+    assert not nbest.takes_constraints
+    assert len(nbest(["A dog runs."])[0]) == 2
+    with pytest.raises(ValueError, match="re-export"):
+        nbest([Line("A dog runs.", "", ["Hund"])])
+
+
+def test_a_line_checks_its_phrases():
+    from tfxformer.serving.nbest import Line
+
+    assert Line("a", "", ["Hund", "im Park"]).constraints == "Hund\tim Park"
+    assert Line("a", "", "Hund\tim Park").constraints == "Hund\tim Park"
+    with pytest.raises(ValueError, match="TAB"):
+        Line("a", "", ["Hund\tKatze"])
+
+
+@pytest.mark.slow
+def test_translate_script_takes_a_constraints_file(tiny_export, spm_model, tmp_path):
+    import sentencepiece as spm
+    from test_serving import load_script, run_script
+
+    processor = spm.SentencePieceProcessor(model_proto=spm_model)
+    sources = ["A dog runs in the park.", "Two men talk.", "A woman sings."]
+    terms = tmp_path / "terms"
+    terms.write_text("Hund\tim Park\n\nFrau\n")
+    stdout = run_script("translate", ["--model", tiny_export, "--constraints-file",
+                                      str(terms), "--extra-length", "16"],
+                        stdin="".join(s + "\n" for s in sources).encode())
+    out = stdout.split("\n")[:-1]
+    assert len(out) == 3
+    assert _pieces_hold(processor, out[0], "Hund") and _pieces_hold(processor, out[0],
+                                                                     "im Park")
+    assert _pieces_hold(processor, out[2], "Frau")
+    terms.write_text("Hund\n")
+    with pytest.raises(SystemExit, match="has 1 lines; the input has more"):
+        run_script("translate", ["--model", tiny_export, "--constraints-file", str(terms)],
+                   stdin="".join(s + "\n" for s in sources).encode())
+    with pytest.raises(SystemExit):
+        load_script("translate").parse_args(["--model", tiny_export, "--constraints-file",
+                                             str(terms), "--sampling-topk", "5"])

@@ -483,7 +483,7 @@ def test_batchable_signatures_are_batch_major(export_dir):
     assert set(signatures["score"].inputs) == {"text", "target"}
     assert set(signatures["translate_nbest"].inputs) == {
         "text", "beam_size", "alpha", "extra_length", "max_input_tokens", "num_hypotheses",
-        "no_repeat_ngram_size", "repetition_penalty", "target_prefix"}
+        "no_repeat_ngram_size", "repetition_penalty", "target_prefix", "constraints"}
     scalars = [k for k, v in signatures["translate_sampled"].inputs.items()
                if not v.tensor_shape.dim]
     assert sorted(scalars) == ["extra_length", "sampling_temperature", "sampling_topk",

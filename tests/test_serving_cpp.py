@@ -82,6 +82,8 @@ def _batch_requests(translator, path):
                 inputs["target_prefix"][2] = b"\xff Hund " * 40
                 inputs["no_repeat_ngram_size"][::4] = 2
                 inputs["repetition_penalty"][1::4] = 1.3
+                inputs["constraints"][::3] = "Hund\tim Park"
+                inputs["constraints"][4] = b"\xff Park\t" * 40
             if signature == "score":
                 inputs["target"] = inputs["target"][::-1]
             for name, value in inputs.items():

@@ -30,7 +30,7 @@ def processor(spm_model):
 
 def nbest_inputs(size, beam_size=3, num_hypotheses=3, alpha=0.6, extra_length=4,
                  max_input_tokens=48, no_repeat_ngram_size=0, repetition_penalty=1.0,
-                 target_prefix=""):
+                 target_prefix="", constraints=""):
     """The per-text inputs of `translate_nbest` after `text`, each (size,) (a list gives
     one value per text); the steering options off by default."""
     values = dict(beam_size=(beam_size, tf.int32), alpha=(alpha, tf.float32),
@@ -39,7 +39,8 @@ def nbest_inputs(size, beam_size=3, num_hypotheses=3, alpha=0.6, extra_length=4,
                   num_hypotheses=(num_hypotheses, tf.int32),
                   no_repeat_ngram_size=(no_repeat_ngram_size, tf.int32),
                   repetition_penalty=(repetition_penalty, tf.float32),
-                  target_prefix=(target_prefix, tf.string))
+                  target_prefix=(target_prefix, tf.string),
+                  constraints=(constraints, tf.string))
     return {name: tf.broadcast_to(tf.constant(value, dtype), [size])
             for name, (value, dtype) in values.items()}
 

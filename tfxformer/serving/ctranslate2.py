@@ -52,7 +52,7 @@ from tfxformer.locate import (  # noqa: F401
 from tfxformer.locate import CT2_MARKER_FILENAME as MARKER_FILENAME
 from tfxformer.locate import is_ctranslate2_dir, read_ctranslate2_marker, resolve
 from tfxformer.serving.loading import load_translate_fn as load_saved_model_translate_fn
-from tfxformer.serving.nbest import Hypothesis, split_lines
+from tfxformer.serving.nbest import Hypothesis, line_constraints, split_lines
 from tfxformer.serving.nbest import load_nbest_fn as load_saved_model_nbest_fn
 
 __all__ = ["MARKER_FILENAME", "QUANTIZATIONS", "Ct2NBestFn", "Ct2TranslateFn",
@@ -209,6 +209,10 @@ class Ct2TranslateFn:
         beam = self.options["beam_size"]
         count = beam if num_hypotheses is None else checks.integer(
             num_hypotheses, "num_hypotheses", 1, beam)
+        if any(line_constraints(lines)):
+            raise ValueError("CTranslate2 has no terminology constraints: translate with "
+                             "constraints with a SavedModel (scripts/export.py's default "
+                             "format) or a run dir of the same model.")
         texts, prefixes = split_lines(lines)
         sources = [self._source(line) for line in texts]
         prefixes = [self._prefix(p, s) for p, s in zip(prefixes, sources, strict=True)]

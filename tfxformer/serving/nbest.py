@@ -3,7 +3,8 @@
 :func:`load_nbest_fn` opens a SavedModel's `translate_nbest` signature, or a run dir's model
 through the same graph (:meth:`tfxformer.serving.Translator.nbest`), and returns
 `nbest(lines) -> list[list[Hypothesis]]`, best first (docs/steering.md), with the
-repetition controls and, per line, a target prefix (a :class:`Line`). The CTranslate2
+repetition controls and, per line, a target prefix and terminology constraints (a
+:class:`Line`). The CTranslate2
 runtime gives the same lists (:meth:`tfxformer.serving.ctranslate2.Ct2TranslateFn.nbest`).
 
     from tfxformer.serving import load_nbest_fn
@@ -24,7 +25,7 @@ from tfxformer.config import DecodingOptions
 from tfxformer.serving.batching import translate_in_length_order
 from tfxformer.serving.signatures import OpenedSignature, language_inputs, open_signature
 
-__all__ = ["Hypothesis", "Line", "NBestFn", "load_nbest_fn", "moses_lines"]
+__all__ = ["Hypothesis", "Line", "NBestFn", "line_constraints", "load_nbest_fn", "moses_lines"]
 
 _DEFAULTS = DecodingOptions()
 
@@ -38,26 +39,64 @@ class Hypothesis(NamedTuple):
 
 
 class Line:
-    """A source line with its target prefix (str or UTF-8 bytes each; "" = none): what an
-    n-best function takes in place of a plain line. Its length is the source's, so lines
-    sort by it."""
+    """A source line with its target prefix (str or UTF-8 bytes each; "" = none) and its
+    terminology constraints (phrases every translation must hold: a list of str or bytes,
+    or one string of phrases separated by TAB; () = none): what an n-best function takes
+    in place of a plain line. Its length is the source's, so lines sort by it.
 
-    __slots__ = ("text", "prefix")
+    Raises:
+        ValueError: a phrase in a list holds a TAB or a line break.
+    """
 
-    def __init__(self, text, prefix=""):
+    __slots__ = ("text", "prefix", "constraints")
+
+    def __init__(self, text, prefix="", constraints=()):
         self.text, self.prefix = text, prefix
+        self.constraints = _joined(constraints)
 
     def __len__(self):
         return len(self.text)
 
     def __repr__(self):
-        return f"Line({self.text!r}, {self.prefix!r})"
+        return f"Line({self.text!r}, {self.prefix!r}, {self.constraints!r})"
+
+
+def _joined(phrases):
+    """A line's constraints as one string of phrases separated by TAB ("" = none)."""
+    if isinstance(phrases, (str, bytes)):
+        return phrases
+    phrases = list(phrases)
+    for phrase in phrases:
+        if not isinstance(phrase, (str, bytes)) or any(
+                c in phrase for c in (("\t", "\n", "\r") if isinstance(phrase, str)
+                                      else (b"\t", b"\n", b"\r"))):
+            raise ValueError(f"A constraint phrase must be a str or bytes without TAB or line "
+                             f"breaks (TAB separates phrases), got {phrase!r}.")
+    if not phrases:
+        return ""
+    if all(isinstance(p, bytes) for p in phrases):
+        return b"\t".join(phrases)
+    return "\t".join(p.decode("utf-8", errors="replace") if isinstance(p, bytes) else p
+                     for p in phrases)
+
+
+def line_constraints(lines):
+    """Each line's constraints, phrases separated by TAB ("" for a plain line)."""
+    return [line.constraints if isinstance(line, Line) else "" for line in lines]
 
 
 def split_lines(lines):
     """(texts, prefixes) of lines that are plain strings or :class:`Line` s."""
     texts = [line.text if isinstance(line, Line) else line for line in lines]
     return texts, [line.prefix if isinstance(line, Line) else "" for line in lines]
+
+
+def _input_names(function):
+    """The input names of a signature (a SavedModel's or a Translator's tf.function)."""
+    if hasattr(function, "structured_input_signature"):  # a concrete function
+        args, kwargs = function.structured_input_signature
+        return set(kwargs) | {spec.name for spec in tf.nest.flatten(args)}
+    return {spec.name for spec in function.input_signature}
 
 
 def hypotheses(translations, scores) -> list[list[Hypothesis]]:
@@ -75,9 +114,9 @@ def moses_lines(index: int, nbest: list) -> list[str]:
 
 class NBestFn:
     """`nbest(lines) -> list[list[Hypothesis]]`: each line's (str or UTF-8 bytes, or a
-    :class:`Line` with its target prefix) best translations, best first, at most
-    `num_hypotheses` (fewer where the search found fewer; with a prefix, the alternatives
-    after it, docs/steering.md). Lines are sorted by length and sent `batch_size` at a
+    :class:`Line` with its target prefix and constraints) best translations, best first,
+    at most `num_hypotheses` (fewer where the search found fewer; with a prefix, the
+    alternatives after it, docs/steering.md). Lines are sorted by length and sent `batch_size` at a
     time. `warnings` holds the signature's per-line warnings of the last call ("" = none).
 
     Attributes: `path`, `kind`, `options` (a :class:`DecodingOptions`, its
@@ -96,6 +135,8 @@ class NBestFn:
         self._opened, self._language = opened, target_language
         self.path, self.kind, self.options = opened.path, opened.kind, options
         self.warnings = []
+        # an export made before `translate_nbest` took constraints lacks the input
+        self.takes_constraints = "constraints" in _input_names(opened.function)
 
     def __call__(self, lines) -> list[list[Hypothesis]]:
         results = translate_in_length_order(self._batch, list(lines), self.batch_size)
@@ -105,7 +146,16 @@ class NBestFn:
     def _batch(self, lines):
         texts, prefixes = split_lines(lines)
         size, o = len(texts), self.options
-        out = self._opened.function(
+        constraints = line_constraints(lines)
+        given = {}
+        if self.takes_constraints:
+            given["constraints"] = tf.constant(constraints, tf.string)
+        elif any(constraints):
+            raise ValueError(f"{self.path!r} was exported before `translate_nbest` took "
+                             "terminology `constraints`: re-export it with scripts/export.py "
+                             f"(python scripts/export.py --model {self.path} --export-dir "
+                             "NEW_EXPORT_DIR) to translate with constraints.")
+        out = self._opened.function(**given,
             text=tf.constant(texts, tf.string),
             **language_inputs(self._opened, self._language, size),
             beam_size=tf.fill([size], o.beam_size), alpha=tf.fill([size], float(o.alpha)),

@@ -2,10 +2,10 @@
 
 `translate_nbest` is the signature with every option, one value per text (so TF Serving's
 batching can batch it; docs/steering.md): the options of `translate_per_example` plus
-`num_hypotheses`, the repetition controls and a target prefix, and it returns each text's
-n-best list, best first. With a prefix the list holds the alternatives at the first
-position after it, each continued by its own search (CTranslate2's
-`return_alternatives`). This module holds its graph helpers;
+`num_hypotheses`, the repetition controls, a target prefix and terminology constraints, and
+it returns each text's n-best list, best first. With a prefix the list holds the
+alternatives at the first position after it, each continued by its own search
+(CTranslate2's `return_alternatives`). This module holds its graph helpers;
 :class:`tfxformer.serving.Translator` calls them.
 
 Shapes: N texts, M texts of one group, B texts of one chunk, K hypotheses per text (the
@@ -17,7 +17,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfxformer.decoding.common import NEG_INF
-from tfxformer.decoding.steering import Steering
+from tfxformer.decoding.steering import Steering, flatten_constraints
 from tfxformer.ids import PAD_ID
 
 # The per-text inputs of `translate_nbest` after `text` (and a multilingual model's
@@ -29,10 +29,14 @@ NBEST_SPECS = (tf.TensorSpec([None], tf.int32, name="beam_size"),
                tf.TensorSpec([None], tf.int32, name="num_hypotheses"),
                tf.TensorSpec([None], tf.int32, name="no_repeat_ngram_size"),
                tf.TensorSpec([None], tf.float32, name="repetition_penalty"),
-               tf.TensorSpec([None], tf.string, name="target_prefix"))
+               tf.TensorSpec([None], tf.string, name="target_prefix"),
+               tf.TensorSpec([None], tf.string, name="constraints"))
 NBEST_INPUTS = tuple(spec.name for spec in NBEST_SPECS)
 # The values of the inputs after `num_hypotheses` that turn their option off.
-OFF = {"no_repeat_ngram_size": 0, "repetition_penalty": 1.0, "target_prefix": ""}
+OFF = {"no_repeat_ngram_size": 0, "repetition_penalty": 1.0, "target_prefix": "",
+       "constraints": ""}
+# What separates the phrases of a text's `constraints`.
+PHRASE_SEPARATOR = "\t"
 # Characters of a prefix kept per allowed piece before tokenizing (as a source's).
 _CHARS_PER_PIECE = 64
 
@@ -160,10 +164,33 @@ def prefix_pieces(tokenizer, prefix, limit):
     return kept_pieces, count > kept
 
 
-def chunk_steering(ngram, penalty, prefix):
-    """The :class:`Steering` of one chunk: (B,) controls and (B, None) ragged prefixes."""
+def constraint_pieces(tokenizer, constraints, limit):
+    """(N,) valid UTF-8 constraints (phrases separated by TAB) -> (phrases (N, None, None)
+    ragged int32 pieces, empty phrases left out and the last phrases left out where a
+    text's pieces would exceed `limit` (N,), cut (N,) bool: phrases were left out)."""
+    text = tf.strings.substr(constraints, tf.zeros_like(limit),
+                             (limit + 1) * _CHARS_PER_PIECE, unit="UTF8_CHAR")
+    phrases = tf.strings.split(text, sep=PHRASE_SEPARATOR)  # (N, None) strings
+    pieces = tokenizer.tokenize(phrases.flat_values)  # (N·P, None)
+    pieces = tf.RaggedTensor.from_row_splits(tf.cast(pieces, tf.int32), phrases.row_splits)
+    sizes = tf.cast(pieces.row_lengths(axis=2), tf.int32)  # (N, None) pieces per phrase
+    running = tf.cumsum(sizes.flat_values) - tf.repeat(
+        tf.gather(tf.concat([[0], tf.cumsum(sizes.flat_values)], axis=0),
+                  sizes.row_splits[:-1]), sizes.row_lengths())
+    fits = sizes.with_flat_values((running <= tf.repeat(tf.maximum(limit, 0),
+                                                        sizes.row_lengths()))
+                                  & (sizes.flat_values > 0))
+    kept = tf.ragged.boolean_mask(pieces, fits)
+    total = tf.reduce_sum(sizes, axis=1)
+    return kept, total > tf.cast(tf.reduce_sum(kept.row_lengths(axis=2), axis=1), tf.int32)
+
+
+def chunk_steering(ngram, penalty, prefix, constraints=None):
+    """The :class:`Steering` of one chunk: (B,) controls, (B, None) ragged prefixes and
+    (B, None, None) ragged constraint phrases (None: none)."""
+    tokens, continues = ((), ()) if constraints is None else flatten_constraints(constraints)
     return Steering(ngram, penalty, prefix.to_tensor(PAD_ID),
-                    tf.cast(prefix.row_lengths(), tf.int32))
+                    tf.cast(prefix.row_lengths(), tf.int32), tokens, continues)
 
 
 def steered_lists(search, first_pieces, source, steering, count, k, detokenize):
@@ -196,6 +223,10 @@ def steered_lists(search, first_pieces, source, steering, count, k, detokenize):
     steer = chunk_steering(tf.gather(steering.no_repeat_ngram_size, rows),
                            tf.gather(steering.repetition_penalty, rows),
                            tf.concat([tf.gather(prefix, plain), extended], axis=0))
+    if isinstance(steering.constraints, tf.Tensor):  # each row's text's phrases
+        steer = steer._replace(
+            constraints=tf.gather(steering.constraints, rows),
+            constraint_continues=tf.gather(steering.constraint_continues, rows))
     ids, lengths, scores = search(tf.gather(source, rows), steer)
     n = tf.size(plain)
     lists, list_scores = nbest_lists(ids[:n], lengths[:n], scores[:n],

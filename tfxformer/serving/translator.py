@@ -237,10 +237,10 @@ class Translator(tf.Module):
     @_signature(_TEXT_SPEC, *steering.NBEST_SPECS)
     def translate_nbest(self, text, beam_size, alpha, extra_length, max_input_tokens,
                         num_hypotheses, no_repeat_ngram_size, repetition_penalty,
-                        target_prefix):
+                        target_prefix, constraints):
         return self.nbest(text, beam_size, alpha, extra_length, max_input_tokens,
                           num_hypotheses, no_repeat_ngram_size, repetition_penalty,
-                          target_prefix)
+                          target_prefix, constraints)
 
     @_signature(_TEXT_SPEC, _TARGET_SPEC)
     def score(self, text, target):
@@ -248,7 +248,7 @@ class Translator(tf.Module):
 
     def nbest(self, text, beam_size, alpha, extra_length, max_input_tokens, num_hypotheses,
               no_repeat_ngram_size=0, repetition_penalty=1.0, target_prefix="",
-              target_language=None):
+              constraints="", target_language=None):
         """The graph behind `translate_nbest`: each text's `num_hypotheses` best
         translations by beam search, every option one value per text ((N,) tensors, or
         scalars for all; docs/steering.md).
@@ -262,12 +262,17 @@ class Translator(tf.Module):
         output limit less one); with one, a list of more than one holds the alternatives
         at the first position after the prefix, each continued by a beam search of its
         own (CTranslate2's `return_alternatives`), in the order of their probabilities.
+        `constraints` ("": none) are phrases separated by TAB, each read as a text is:
+        every hypothesis that ends before its output limit holds each phrase's pieces
+        (:mod:`tfxformer.decoding.constraints`); the last phrases are left out where a
+        text's would exceed its output limit less one piece.
 
         Returns:
             {"translations": (N, K) tf.string, best first, "scores": (N, K) float32 (as
             :meth:`translate`'s `score`), "truncated": (N,) bool, "warning": (N,)
             tf.string, "" or what was changed in a text's request (a prefix cut to the
-            output limit, or ignored)}, K the largest `num_hypotheses`; beyond a text's
+            output limit, or ignored; constraints cut or ignored)}, K the largest
+            `num_hypotheses`; beyond a text's
             own count (or where the search found fewer hypotheses) "" with score -inf; a
             blank text's list is "" with score 0.
         """
@@ -283,11 +288,14 @@ class Translator(tf.Module):
         tokenizer = self.make_tokenizer()
         pieces, truncated, blank = self._cut(text, tokenizer, self._input_limit(
             text, max_input_tokens), tag_pieces)
-        prefix, warning = self._prefixes(target_prefix, size, tokenizer, tf.minimum(
-            self.max_output_tokens, tf.cast(pieces.row_lengths(), tf.int32)
-            + options["extra_length"]) - 1, blank)
+        limit = tf.minimum(self.max_output_tokens, tf.cast(pieces.row_lengths(), tf.int32)
+                           + options["extra_length"]) - 1
+        prefix, warning = self._prefixes(target_prefix, size, tokenizer, limit, blank)
+        phrases, warning = self._constraints(constraints, size, tokenizer, limit, blank,
+                                             warning)
         active = tf.where(~blank)[:, 0]
         pieces, prefix = tf.gather(pieces, active), tf.gather(prefix, active)
+        phrases = tf.gather(phrases, active)
         options = {name: tf.gather(value, active) for name, value in options.items()}
         count, ngram, penalty = (tf.gather(v, active) for v in (count, ngram, penalty))
         keys = tf.stack([options["beam_size"], tf.bitcast(options["alpha"], tf.int32),
@@ -297,11 +305,12 @@ class Translator(tf.Module):
             source = tf.gather(pieces, rows).to_tensor()
             first = {name: value[rows[0]] for name, value in options.items()}
             steer = steering.chunk_steering(tf.gather(ngram, rows), tf.gather(penalty, rows),
-                                            tf.gather(prefix, rows))
+                                            tf.gather(prefix, rows), tf.gather(phrases, rows))
             shortlist = None
-            if self.shortlist_info is not None:  # the prefixes' pieces are in it too
+            if self.shortlist_info is not None:  # the prefixes' and phrases' pieces too
                 shortlist = shortlist_ids(source, self.shortlist_table, tf.concat(
-                    [self.shortlist_frequent, tf.gather(prefix, rows).flat_values], axis=0))
+                    [self.shortlist_frequent, tf.gather(prefix, rows).flat_values,
+                     tf.gather(phrases, rows).flat_values], axis=0))
 
             def search(source, steer):
                 return self._steered_search(source, first, steer, shortlist)
@@ -346,19 +355,38 @@ class Translator(tf.Module):
                  (has & blank, "blank text: target_prefix ignored")]
         if self.reverse_target:
             notes.append((has, "target_prefix ignored: the model writes right to left"))
-        warning = tf.fill([size], "")
-        for where, note in notes:
-            joined = tf.strings.join([warning, tf.where(tf.equal(warning, ""), "", "; "),
-                                      note])
-            warning = tf.where(where, joined, warning)
-        return prefix, warning
+        return prefix, _with_notes(tf.fill([size], ""), notes)
+
+    def _constraints(self, constraints, size, tokenizer, limit, blank, warning):
+        """(N,) constraints -> ((N, None, None) ragged phrase pieces, (N,) warnings with
+        what was changed added): invalid UTF-8 replaced, phrases left out beyond `limit`
+        (N,) pieces; a blank text's and a right-to-left model's ignored."""
+        given = steering.per_text(constraints, size, "constraints", tf.string)
+        text = sanitize_utf8(given)
+        phrases, cut = steering.constraint_pieces(tokenizer, text, limit)
+        has = phrases.row_lengths() > 0
+        ignored = has & (blank | self.reverse_target)
+        count = phrases.row_lengths()
+        phrases = tf.ragged.boolean_mask(phrases, tf.RaggedTensor.from_row_lengths(
+            tf.repeat(~ignored, count), count))
+        notes = [(cut & ~ignored, tf.strings.join([
+                     "constraints cut to ", tf.strings.as_string(tf.reduce_sum(
+                         phrases.row_lengths(axis=2), axis=1)), " pieces (the output limit "
+                     "less one: ", tf.strings.as_string(limit), "): phrases left out"])),
+                 (tf.not_equal(text, given), "invalid UTF-8 in constraints replaced by "
+                                             "U+FFFD"),
+                 (has & blank, "blank text: constraints ignored")]
+        if self.reverse_target:
+            notes.append((has, "constraints ignored: the model writes right to left"))
+        return phrases, _with_notes(warning, notes)
 
     def _steered_search(self, source, first, steer, shortlist):
         """Beam search of rows of one chunk of :meth:`nbest` with the Steering `steer` (its
         prefixes in vocabulary ids) -> (ids (R, beam, L) vocabulary ids, lengths, scores
         (R, beam))."""
-        if shortlist is not None:  # the search's columns
-            steer = steer._replace(prefix=_columns(shortlist, steer.prefix))
+        if shortlist is not None:  # the search's columns (PAD is column 0 too)
+            steer = steer._replace(prefix=_columns(shortlist, steer.prefix),
+                                   constraints=_columns(shortlist, steer.constraints))
         out = beam_search(self.model, source, first["beam_size"], first["alpha"],
                           first["extra_length"], self.max_output_tokens, shortlist=shortlist,
                           stopping=self.options.stopping,
@@ -627,6 +655,14 @@ class Translator(tf.Module):
         return self.compiled_search.or_else(source, options, graph)
 
 
+def _with_notes(warning, notes):
+    """(N,) warnings with each (where (N,) bool, note) pair's note added where it holds."""
+    for where, note in notes:
+        joined = tf.strings.join([warning, tf.where(tf.equal(warning, ""), "", "; "), note])
+        warning = tf.where(where, joined, warning)
+    return warning
+
+
 def _columns(shortlist, ids):
     """Vocabulary ids (any shape) in the shortlist -> its columns."""
     columns = tf.searchsorted(shortlist[None, :], tf.reshape(ids, [1, -1]))
@@ -694,10 +730,10 @@ class MultilingualTranslator(Translator):
     @_signature(_TEXT_SPEC, _LANGUAGE_SPEC, *steering.NBEST_SPECS)
     def translate_nbest(self, text, target_language, beam_size, alpha, extra_length,
                         max_input_tokens, num_hypotheses, no_repeat_ngram_size,
-                        repetition_penalty, target_prefix):
+                        repetition_penalty, target_prefix, constraints):
         return self.nbest(text, beam_size, alpha, extra_length, max_input_tokens,
                           num_hypotheses, no_repeat_ngram_size, repetition_penalty,
-                          target_prefix, target_language=target_language)
+                          target_prefix, constraints, target_language=target_language)
 
     @_signature(_TEXT_SPEC, _LANGUAGE_SPEC, _TARGET_SPEC)
     def score(self, text, target_language, target):

@@ -67,7 +67,8 @@ def signature_inputs(translator, signature, texts):
             inputs.update(num_hypotheses=np.full([size], translator.beam_size, np.int32),
                           no_repeat_ngram_size=np.zeros([size], np.int32),
                           repetition_penalty=np.ones([size], np.float32),
-                          target_prefix=np.array([""] * size, dtype=object))
+                          target_prefix=np.array([""] * size, dtype=object),
+                          constraints=np.array([""] * size, dtype=object))
     elif signature == "score":
         inputs["target"] = inputs["text"]
     elif signature != "serving_default":
