@@ -153,7 +153,9 @@ def translator(tiny_export, spm_model):
 
 
 def _pieces_hold(processor, text, phrase):
-    return holds(processor.encode(text), processor.encode(phrase))
+    """The phrase's pieces, detokenized, are in the text (SentencePiece may cut the text
+    anew into other pieces, so the text is compared)."""
+    return processor.decode(processor.encode(phrase)) in text
 
 
 @pytest.mark.slow
@@ -188,10 +190,10 @@ def test_the_exported_signature_forces_each_phrase(tiny_export, spm_model, tmp_p
     assert warnings[0] == warnings[1] == warnings[3] == ""
 
 
-@pytest.mark.slow  # traces the n-best graph
 def test_an_export_without_the_input_refuses_constraints_only(translator):
     """An export made before `constraints` existed (its `translate_nbest` without that
-    input) still gives n-best lists; asked for constraints it says to re-export."""
+    input; here one that echoes the text) is called without it; asked for constraints,
+    NBestFn says to re-export."""
     from tfxformer.serving.nbest import Line, NBestFn
     from tfxformer.serving.signatures import OpenedSignature
     from tfxformer.serving.steering import NBEST_SPECS
@@ -200,17 +202,40 @@ def test_an_export_without_the_input_refuses_constraints_only(translator):
                                   *NBEST_SPECS[:-1]])
     def before(text, beam_size, alpha, extra_length, max_input_tokens, num_hypotheses,
                no_repeat_ngram_size, repetition_penalty, target_prefix):
-        return translator.nbest(text, beam_size, alpha, extra_length, max_input_tokens,
-                                num_hypotheses, no_repeat_ngram_size, repetition_penalty,
-                                target_prefix)
+        return {"translations": text[:, None], "scores": tf.zeros_like(alpha)[:, None],
+                "truncated": tf.zeros_like(text, tf.bool), "warning": target_prefix}
 
-    opened = OpenedSignature(before.get_concrete_function(), translator, "old_export",
+    opened = OpenedSignature(before.get_concrete_function(), None, "old_export",
                              "saved_model", (), translator.options)
-    nbest = NBestFn(opened, translator.options, 2)
+    nbest = NBestFn(opened, translator.options, 1)
     assert not nbest.takes_constraints
-    assert len(nbest(["A dog runs."])[0]) == 2
+    assert nbest(["A dog runs."]) == [[("A dog runs.", 0.0)]]
     with pytest.raises(ValueError, match="re-export"):
         nbest([Line("A dog runs.", "", ["Hund"])])
+
+
+@pytest.mark.slow  # traces the n-best graph
+def test_a_right_to_left_model_gets_each_phrase_reversed(tiny_export, spm_model):
+    """A right-to-left model writes the pieces last first: its phrases are reversed, so
+    the output, put back in reading order, holds each phrase."""
+    import sentencepiece as spm
+    from conftest import TINY_EXPORT_OPTIONS
+    from test_steering import nbest_inputs
+
+    from tfxformer import Transformer
+    from tfxformer.serving import Translator
+
+    processor = spm.SentencePieceProcessor(model_proto=spm_model)
+    translator = Translator(Transformer.from_preset(tiny_export), spm_model,
+                            reverse_target=True, **TINY_EXPORT_OPTIONS)
+    texts = ["A dog runs in the park.", "A woman sings."]
+    out = translator.translate_nbest(tf.constant(texts), **nbest_inputs(
+        2, num_hypotheses=1, extra_length=16, constraints=["Hund\tim Park", "Frau"]))
+    best = [t.decode() for t in out["translations"].numpy()[:, 0]]
+    assert _pieces_hold(processor, best[0], "Hund") and _pieces_hold(processor, best[0],
+                                                                      "im Park"), best
+    assert _pieces_hold(processor, best[1], "Frau"), best
+    assert out["warning"].numpy().tolist() == [b"", b""]
 
 
 def test_a_line_checks_its_phrases():

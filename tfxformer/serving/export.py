@@ -10,10 +10,12 @@ truncated bool):
     translate_sampled: text, sampling_topk (int32 []), sampling_temperature (float32 []),
         sampling_topp (float32 []), extra_length (int32 []), seed (int64 []): a sampled
         translation per text; scalar inputs, not batchable.
-    translate_nbest: the inputs of translate_per_example and num_hypotheses (int32 [None],
-        <= beam_size) -> translations (tf.string (N, K)), scores (float32 (N, K)),
-        truncated: each text's n-best list (K the largest num_hypotheses; "" and -inf
-        beyond a text's own; docs/steering.md).
+    translate_nbest: the inputs of translate_per_example, num_hypotheses (int32 [None],
+        <= beam_size), no_repeat_ngram_size (int32 [None]), repetition_penalty (float32
+        [None]), target_prefix and constraints (tf.string [None]) -> translations
+        (tf.string (N, K)), scores (float32 (N, K)), truncated, warning: each text's
+        n-best list (K the largest num_hypotheses; "" and -inf beyond a text's own;
+        docs/steering.md).
     score: text, target (tf.string, [None] each) -> log_prob, mean_log_prob (float32
         (N,)), token_log_probs (float32 (N, T)), length (int32 (N,)), truncated (bool):
         log P(target | text), teacher-forced (:meth:`Translator.score_pairs`).

@@ -185,6 +185,14 @@ def constraint_pieces(tokenizer, constraints, limit):
     return kept, total > tf.cast(tf.reduce_sum(kept.row_lengths(axis=2), axis=1), tf.int32)
 
 
+def reversed_phrases(phrases):
+    """(N, None, None) ragged phrases with each phrase's pieces in reverse order."""
+    inner = phrases.values
+    lengths, starts = inner.row_lengths(), inner.row_starts()
+    index = tf.repeat(starts + lengths - 1, lengths) - tf.ragged.range(lengths).flat_values
+    return phrases.with_values(inner.with_flat_values(tf.gather(inner.flat_values, index)))
+
+
 def chunk_steering(ngram, penalty, prefix, constraints=None):
     """The :class:`Steering` of one chunk: (B,) controls, (B, None) ragged prefixes and
     (B, None, None) ragged constraint phrases (None: none)."""

@@ -147,8 +147,10 @@ class Translator(tf.Module):
     `score` is then the sample's log P(Y | X)); the same seed and texts give the same
     translations. `score(text, target)` ((N,) strings each) scores given translations
     (:meth:`score_pairs`). `translate_nbest(text, beam_size, alpha, extra_length,
-    max_input_tokens, num_hypotheses)` (one value of each per text) returns n-best lists
-    ("translations" and "scores" (N, K), "truncated"; :meth:`nbest`, docs/steering.md).
+    max_input_tokens, num_hypotheses, no_repeat_ngram_size, repetition_penalty,
+    target_prefix, constraints)` (one value of each per text) returns n-best lists
+    ("translations" and "scores" (N, K), "truncated", "warning"; :meth:`nbest`,
+    docs/steering.md).
 
     Example:
     >>> translator = Translator(model, open("runs/base/spm.model", "rb").read())
@@ -360,12 +362,15 @@ class Translator(tf.Module):
     def _constraints(self, constraints, size, tokenizer, limit, blank, warning):
         """(N,) constraints -> ((N, None, None) ragged phrase pieces, (N,) warnings with
         what was changed added): invalid UTF-8 replaced, phrases left out beyond `limit`
-        (N,) pieces; a blank text's and a right-to-left model's ignored."""
+        (N,) pieces, a blank text's ignored; for a right-to-left model each phrase's
+        pieces right to left, as it writes them."""
         given = steering.per_text(constraints, size, "constraints", tf.string)
         text = sanitize_utf8(given)
         phrases, cut = steering.constraint_pieces(tokenizer, text, limit)
+        if self.reverse_target:  # the model writes each phrase's pieces right to left
+            phrases = steering.reversed_phrases(phrases)
         has = phrases.row_lengths() > 0
-        ignored = has & (blank | self.reverse_target)
+        ignored = has & blank
         count = phrases.row_lengths()
         phrases = tf.ragged.boolean_mask(phrases, tf.RaggedTensor.from_row_lengths(
             tf.repeat(~ignored, count), count))
@@ -376,8 +381,6 @@ class Translator(tf.Module):
                  (tf.not_equal(text, given), "invalid UTF-8 in constraints replaced by "
                                              "U+FFFD"),
                  (has & blank, "blank text: constraints ignored")]
-        if self.reverse_target:
-            notes.append((has, "constraints ignored: the model writes right to left"))
         return phrases, _with_notes(warning, notes)
 
     def _steered_search(self, source, first, steer, shortlist):
@@ -686,9 +689,9 @@ class MultilingualTranslator(Translator):
     `translate_per_example(text, target_language, beam_size, alpha, extra_length,
     max_input_tokens)`, `translate_sampled(text, target_language, sampling_topk,
     sampling_temperature, sampling_topp, extra_length, seed)`, `translate_nbest(text,
-    target_language, beam_size, alpha, extra_length, max_input_tokens, num_hypotheses)`,
-    `score(text,
-    target_language, target)` (the tag goes before `text`, the source);
+    target_language, beam_size, alpha, extra_length, max_input_tokens, num_hypotheses,
+    no_repeat_ngram_size, repetition_penalty, target_prefix, constraints)`,
+    `score(text, target_language, target)` (the tag goes before `text`, the source);
     outputs as :class:`Translator`'s.
 
     Example:
