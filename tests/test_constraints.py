@@ -145,13 +145,6 @@ def test_greedy_decoding_refuses_constraints():
 # --- the `translate_nbest` signature's `constraints` input and translate.py
 
 
-@pytest.fixture(scope="module")
-def translator(tiny_export, spm_model):
-    from conftest import tiny_export_translator
-
-    return tiny_export_translator(tiny_export, spm_model)
-
-
 def _pieces_hold(processor, text, phrase):
     """The phrase's pieces, detokenized, are in the text (SentencePiece may cut the text
     anew into other pieces, so the text is compared)."""
@@ -190,10 +183,11 @@ def test_the_exported_signature_forces_each_phrase(tiny_export, spm_model, tmp_p
     assert warnings[0] == warnings[1] == warnings[3] == ""
 
 
-def test_an_export_without_the_input_refuses_constraints_only(translator):
+def test_an_export_without_the_input_refuses_constraints_only():
     """An export made before `constraints` existed (its `translate_nbest` without that
     input; here one that echoes the text) is called without it; asked for constraints,
     NBestFn says to re-export."""
+    from tfxformer.config import DecodingOptions
     from tfxformer.serving.nbest import Line, NBestFn
     from tfxformer.serving.signatures import OpenedSignature
     from tfxformer.serving.steering import NBEST_SPECS
@@ -205,9 +199,10 @@ def test_an_export_without_the_input_refuses_constraints_only(translator):
         return {"translations": text[:, None], "scores": tf.zeros_like(alpha)[:, None],
                 "truncated": tf.zeros_like(text, tf.bool), "warning": target_prefix}
 
+    options = DecodingOptions()
     opened = OpenedSignature(before.get_concrete_function(), None, "old_export",
-                             "saved_model", (), translator.options)
-    nbest = NBestFn(opened, translator.options, 1)
+                             "saved_model", (), options)
+    nbest = NBestFn(opened, options, 1)
     assert not nbest.takes_constraints
     assert nbest(["A dog runs."]) == [[("A dog runs.", 0.0)]]
     with pytest.raises(ValueError, match="re-export"):
@@ -271,3 +266,33 @@ def test_translate_script_takes_a_constraints_file(tiny_export, spm_model, tmp_p
     with pytest.raises(SystemExit):
         load_script("translate").parse_args(["--model", tiny_export, "--constraints-file",
                                              str(terms), "--sampling-topk", "5"])
+
+
+def test_repetition_controls_apply_with_constraints():
+    """no_repeat_ngram_size 2 on top of the phrases: the outputs that end hold each phrase
+    and repeat no pair of tokens."""
+    out = outputs(search([[[21, 22]], [[5], [23]], [], [[24, 19]]], no_repeat_ngram_size=2))
+    for sentence, wanted in zip(out, [[[21, 22]], [[5], [23]], [], [[24, 19]]], strict=True):
+        assert sentence[0][1]
+        for tokens, ended in sentence:
+            pairs = list(zip(tokens, tokens[1:], strict=False))
+            assert len(pairs) == len(set(pairs)), tokens
+            if ended:
+                assert all(holds(tokens, phrase) for phrase in wanted), (tokens, wanted)
+
+
+def test_an_ensemble_takes_constraints():
+    """Its averaged step is the search's step function: the best output of each sentence
+    (the untrained members write to the limit; complete outputs come first) holds it."""
+    from tfxformer import Transformer
+
+    tf.random.set_seed(5)
+    models = [Transformer.from_preset("tiny", vocab_size=VOCAB, max_positions=32)
+              for _ in range(2)]
+    steering = make_steering(2, constraints=tf.ragged.constant([[[7, 8]], [[9]]],
+                                                               ragged_rank=2))
+    out = beam_search(models, tf.constant([[5, 6, 3], [4, 3, 0]]), beam_size=3,
+                      extra_length=8, steering=steering)
+    best = [row[0][:n[0]].tolist() for row, n in zip(out.ids.numpy(), out.lengths.numpy(),
+                                                      strict=True)]
+    assert holds(best[0], [7, 8]) and holds(best[1], [9]), best
