@@ -482,17 +482,55 @@ def cpu_seconds():
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def main(plan_path, result_path):
-    import time
+def forked_cpu():
+    """CPU seconds of the commands run as forks so far (tests/docs_fork.py)."""
+    log = os.environ.get("DOCS_FORK_CPU_LOG")
+    if not log or not os.path.exists(log):
+        return 0.0
+    with open(log, encoding="utf-8") as f:
+        return sum(float(line) for line in f if line.strip())
 
+
+def start_fork_server(folder, env):
+    """Starts tests/docs_fork.py's server in the environment `env` (the pages'); (its
+    process, the environment variables that send a `python` command to it: a PATH entry
+    first, DOCS_FORK_*)."""
+    import subprocess
+    import tempfile
+
+    client = os.path.join(os.path.dirname(os.path.abspath(__file__)), "docs_fork.py")
+    os.makedirs(os.path.join(folder, "bin"), exist_ok=True)
+    for name in ("python", "python3"):
+        path = os.path.join(folder, "bin", name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(f'#!/bin/sh\nexec "$DOCS_FORK_PYTHON" -S {client} run "$@"\n')
+        os.chmod(path, 0o755)
+    socket_path = os.path.join(tempfile.mkdtemp(prefix="docs_fork"), "socket")  # <108 bytes
+    server = subprocess.Popen([sys.executable, client, "serve", socket_path],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
+                              start_new_session=True)
+    if server.stdout.readline().strip() != b"ready":
+        server.kill()
+        raise RuntimeError("tests/docs_fork.py's server did not start")
+    return server, {"DOCS_FORK_PYTHON": sys.executable, "DOCS_FORK_SOCKET": socket_path,
+                    "DOCS_FORK_BIN": os.path.join(folder, "bin")}
+
+
+def main(plan_path, result_path):
     with open(plan_path, encoding="utf-8") as f:
         plan = json.load(f)
+    return run_steps(plan, result_path)
+
+
+def run_steps(plan, result_path):
+    import time
+
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.getcwd()] + [p for p in sys.path if os.path.abspath(p or ".") != here]
     namespace = {"__name__": "__main__"}
     results = []
     for step in plan["steps"]:
-        start, cpu = time.monotonic(), cpu_seconds()
+        start, cpu = time.monotonic(), cpu_seconds() + forked_cpu()
         output, shared = "", False
         if step["kind"] == "python":
             ok, error = run_python(step, namespace)
@@ -504,7 +542,7 @@ def main(plan_path, result_path):
             ok, error = run_check(step)
         results.append({"ok": ok, "error": error, "output": output, "shared": shared,
                         "seconds": round(time.monotonic() - start, 2),
-                        "cpu": round(cpu_seconds() - cpu, 2)})
+                        "cpu": round(cpu_seconds() + forked_cpu() - cpu, 2)})
         with open(result_path, "w", encoding="utf-8") as f:
             json.dump(results, f)
         sys.stdout.flush()

@@ -18,7 +18,12 @@ order: its ```python blocks in one namespace, as cells of a notebook opened at t
 pointing nowhere (tests never touch the network). A failing block does not stop the page:
 the test reports every failing block (page, line, traceback or the command's stderr); a
 failure after an earlier one may follow from it. Pages run two at a time (one under
-pytest-xdist; DOCS_TEST_JOBS), started together when the first page test runs.
+pytest-xdist; DOCS_TEST_JOBS), started together when the first page test runs. A `python
+scripts/NAME.py ...` of a shell command starts as a fork of a process that has imported
+TensorFlow and the package (tests/docs_fork.py: the same arguments, directory, environment
+and streams, without the 4.5 s of CPU each new interpreter spends importing them; a command
+that sets TF_* or other import-time variables gets a new interpreter; DOCS_TEST_FORK=0 gives
+every command one).
 
 Shared between pages: a command that reads only what every scratch root holds unchanged
 (the shipped models saved_models/multi30k_*, ../shared, the tiny corpus below) and writes
@@ -80,6 +85,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -94,6 +100,7 @@ from docs_blocks import (
     rewrite,
     shareable,
     shell_lines,
+    start_fork_server,
     tokenize,
 )
 
@@ -107,6 +114,9 @@ PAGES = sorted(os.path.relpath(p, ROOT) for p in [
 # other files).
 JOBS = int(os.environ.get("DOCS_TEST_JOBS", "1" if os.environ.get("PYTEST_XDIST_WORKER")
                           else "2"))
+# `python scripts/...` commands run as forks of a process that has imported TensorFlow and
+# the package (tests/docs_fork.py); DOCS_TEST_FORK=0 starts each in a new interpreter.
+FORK = os.environ.get("DOCS_TEST_FORK", "1") != "0"
 # Against hangs only: on a loaded machine a command of 40 s of CPU can take 10 minutes.
 COMMAND_TIMEOUT = 1200  # seconds, one shell command
 PAGE_TIMEOUT = 3600  # seconds, one page
@@ -226,11 +236,16 @@ def make_scratch(folder, page_text):
     return repo
 
 
-def runner_env(repo):
+def runner_env(repo, fork=None):
+    """The page process' environment; `fork`: tests/docs_fork.py's variables, or None."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("TF_CONFIG", "PYTEST_CURRENT_TEST", "PYTHONPATH")}
     nowhere = "http://127.0.0.1:9"
-    env.update(PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+    path = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    if fork:
+        env.update(fork, DOCS_FORK_CPU_LOG=os.path.join(os.path.dirname(repo), "fork_cpu.log"))
+        path = fork["DOCS_FORK_BIN"] + os.pathsep + path
+    env.update(PATH=path,
                TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
                HTTP_PROXY=nowhere, HTTPS_PROXY=nowhere, http_proxy=nowhere,
                https_proxy=nowhere, NO_GCE_CHECK="true", HF_HUB_OFFLINE="1",
@@ -238,7 +253,7 @@ def runner_env(repo):
     return env
 
 
-def run_page(page, tier, base, tiny_corpus):
+def run_page(page, tier, base, tiny_corpus, fork=None):
     """Runs the page's blocks of `tier` in a fresh scratch root; (steps, results, stderr)."""
     folder = os.path.join(base, page.replace("/", "_") + "-" + tier)
     with open(os.path.join(ROOT, page), encoding="utf-8") as f:
@@ -252,8 +267,9 @@ def run_page(page, tier, base, tiny_corpus):
     if not steps:
         return steps, [], ""
     try:
-        done = subprocess.run([sys.executable, RUNNER, plan_path, result_path], cwd=repo,
-                              env=runner_env(repo), stdin=subprocess.DEVNULL,
+        python = os.path.join(fork["DOCS_FORK_BIN"], "python") if fork else sys.executable
+        done = subprocess.run([python, RUNNER, plan_path, result_path], cwd=repo,
+                              env=runner_env(repo, fork), stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=PAGE_TIMEOUT)
         stderr = done.stderr if done.returncode else ""
     except subprocess.TimeoutExpired:
@@ -277,14 +293,18 @@ def page_runs(request, tmp_path_factory):
         if item.path.name == os.path.basename(__file__) and callspec and \
                 "tier" in callspec.params:
             selected.append((callspec.params["page"], callspec.params["tier"]))
+    server, fork = (start_fork_server(os.path.join(base, "fork"), runner_env(base)) if FORK
+                    else (None, None))
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=JOBS)
     runs = {}
     for page, tier in sorted(selected, key=lambda case: case[1] != "slow"):
         if tier == "fast" and (page, "slow") in selected:
             continue
-        runs[page, tier] = pool.submit(run_page, page, tier, base, tiny_corpus)
+        runs[page, tier] = pool.submit(run_page, page, tier, base, tiny_corpus, fork)
     yield runs
     pool.shutdown(wait=True, cancel_futures=True)
+    if server is not None:
+        os.killpg(server.pid, signal.SIGKILL)  # the server and any fork left running
 
 
 def failure_report(page, steps, results, stderr):
