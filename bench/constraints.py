@@ -3,7 +3,7 @@ and 4 phrases per sentence, and a terminology test built from Multi30k test_2016
 
     python scripts/export.py --model saved_models/multi30k_en_de --export-dir runs/constraints/en_de
     PYTHONPATH=$PWD python bench/constraints.py --model runs/constraints/en_de \\
-        --before runs/constraints/en_de_before --limit 200 --repeats 3 \\
+        --before runs/constraints/en_de_before --limit 200 --repeats 7 \\
         > bench/results/constraints.log 2>&1
 
 `--before`: an export of the same model made by the code before `translate_nbest` took
@@ -17,7 +17,8 @@ no-constraint path can be compared with what it was:
 
 Speed: sentences/s of `translate_nbest` (one hypothesis, the export's beam, α and extra
 length, batches of `--batch-size` in file order; each setting warmed up by a whole pass,
-then the settings timed in turn, `--repeats` rounds, the median pass), with no
+then the settings timed in turn, `--repeats` rounds, every other one in reverse order,
+the median pass), with no
 constraints, then with the first 1, 2 and 4 of each sentence's reference words (4+
 letters, in reference order; fewer where the reference has fewer).
 
@@ -26,10 +27,14 @@ per sentence up to two reference words (4+ letters, not a stop word) that the
 unconstrained translation lacks, drawn at random (seed 0; sentences with none get no
 constraint); "random", one random pair of consecutive reference words per sentence (a
 two-word phrase, each 2+ letters). Term accuracy: the fraction of phrases present in the
-output as whole words; BLEU: sacrebleu's corpus BLEU of the 200 outputs against the
-references, constrained and not.
+output as whole words (`inside_a_longer_word` counts the others found as a part of a
+word); BLEU: sacrebleu's corpus BLEU of the 200 outputs against the references,
+constrained and not.
 
-Log lines on stderr; the result JSON (with the load average of each figure) on stdout.
+With `--before`, the ratio of the no-constraint pass's time to the older export's, round by
+round (the two passes of a round run next to each other), and whether their translations
+are the same. Log lines on stderr; the result JSON (with the load average of each figure)
+on stdout.
 """
 
 from __future__ import annotations
@@ -117,18 +122,19 @@ class Signature:
 def speeds(configs, texts, batch_size, repeats):
     """{name: (outputs, sentences/s (the median pass), load averages)} of configs
     [(name, signature, constraints)]: each warmed up by a whole pass, then the configs
-    timed in turn, `repeats` rounds, so the machine's load falls on all alike."""
+    timed in turn, `repeats` rounds (every other one in reverse order), so the machine's
+    load falls on all alike."""
     outputs, seconds, loads = {}, {name: [] for name, _, _ in configs}, {}
     for name, signature, constraints in configs:
         outputs[name] = signature.translate(texts, constraints, batch_size)
-    for _ in range(repeats):
-        for name, signature, constraints in configs:
+    for round_ in range(repeats):  # the order reversed every other round
+        for name, signature, constraints in configs[::-1 if round_ % 2 else 1]:
             start = time.perf_counter()
             signature.translate(texts, constraints, batch_size)
             seconds[name].append(time.perf_counter() - start)
             loads.setdefault(name, []).append(load_avg())
     return {name: (outputs[name], round(len(texts) / statistics.median(seconds[name]), 2),
-                   loads[name]) for name in outputs}
+                   loads[name], seconds[name]) for name in outputs}
 
 
 def first_words(reference, count):
@@ -157,6 +163,7 @@ def score(outputs, phrases, references):
     wanted = [(o, p) for o, ps in zip(outputs, phrases, strict=True) for p in ps]
     present = sum(holds(o, p) for o, p in wanted)
     return {"phrases": len(wanted), "present": present,
+            "inside_a_longer_word": sum(p in o and not holds(o, p) for o, p in wanted),
             "term_accuracy": round(present / max(len(wanted), 1), 4),
             "bleu": round(sacrebleu.corpus_bleu(outputs, [references]).score, 2)}
 
@@ -171,7 +178,7 @@ def main(argv=None):
     ap.add_argument("--reference", default=os.path.join(DATA, "test_2016_flickr.de"))
     ap.add_argument("--limit", type=int, default=200, help="first N sentences (200)")
     ap.add_argument("--batch-size", type=int, default=64, help="texts per request (64)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed rounds (3)")
+    ap.add_argument("--repeats", type=int, default=7, help="timed rounds (7)")
     args = ap.parse_args(argv)
     texts, references = read(args.source, args.limit), read(args.reference, args.limit)
     result = {"sentences": len(texts), "batch_size": args.batch_size, "speed": {},
@@ -189,9 +196,19 @@ def main(argv=None):
         constraints = [first_words(r, count) for r in references]
         wanted[f"{count} phrases"] = [c.split("\t") if c else [] for c in constraints]
         configs.append((f"{count} phrases", model, constraints))
-    for name, (out, speed, loads) in speeds(configs, texts, args.batch_size,
-                                            args.repeats).items():
-        row = result["speed"][name] = {"sent_per_s": speed, "load": loads}
+    timings = speeds(configs, texts, args.batch_size, args.repeats)
+    if args.before:  # a batch without constraints: the translations of before, as fast?
+        now, then = timings["0 phrases"], timings["before, no constraints input"]
+        result["no_constraints_same_as_before"] = now[0] == then[0]
+        result["no_constraints_time_ratio_to_before"] = {
+            "per_round": [round(a / b, 3) for a, b in zip(now[3], then[3], strict=True)],
+            "median": round(statistics.median(a / b for a, b in zip(now[3], then[3],
+                                                                    strict=True)), 3)}
+        log(f"no constraints / before, time per round: "
+            f"{result['no_constraints_time_ratio_to_before']}")
+    for name, (out, speed, loads, seconds) in timings.items():
+        row = result["speed"][name] = {"sent_per_s": speed, "load": loads,
+                                       "seconds": [round(x, 3) for x in seconds]}
         if name in wanted:
             row.update(phrases=sum(map(len, wanted[name])),
                        term_accuracy=score(out, wanted[name], references)["term_accuracy"])

@@ -164,22 +164,12 @@ def select(log_probs, alive_log_probs, state, constraints, continues, ended_fn, 
     k = alive_log_probs.shape[1] or tf.shape(alive_log_probs)[1]
     batch = tf.shape(alive_log_probs)[0]
     vocab = tf.shape(log_probs)[-1]
-    columns = tf.shape(constraints)[1]
     valid_tokens = tf.not_equal(constraints, PAD_ID)
     unmet = tf.reduce_any(~state.met & valid_tokens[:, None, :], axis=-1)  # (B', K)
     log_probs = tf.reshape(log_probs, [batch, k, vocab])
     is_eos = tf.equal(tf.range(vocab), eos_id)[None, None, :]
     total = tf.where(unmet[..., None] & is_eos, NEG_INF, log_probs) + alive_log_probs[..., None]
-    best, index = top_k(tf.reshape(total, [batch, k * vocab]), 2 * k)
-    allowed = _allowed(state, constraints, continues)  # (B', K, T)
-    allowed_tokens = tf.broadcast_to(constraints[:, None, :], [batch, k, columns])
-    own = tf.argmax(total, axis=-1, output_type=tf.int32)  # (B', K)
-    hypotheses = tf.broadcast_to(tf.range(k)[None, :], [batch, k])
-    beams = tf.concat([index // vocab, tf.reshape(tf.broadcast_to(
-        hypotheses[..., None], [batch, k, columns]), [batch, -1]), hypotheses], axis=1)
-    tokens = tf.concat([index % vocab, tf.reshape(allowed_tokens, [batch, -1]), own], axis=1)
-    offered = tf.concat([tf.ones_like(best, tf.bool), tf.reshape(allowed, [batch, -1]),
-                         tf.ones_like(own, tf.bool)], axis=1)  # (B', C)
+    beams, tokens, offered = _candidates(total, state, constraints, continues)
     scores = tf.gather(tf.reshape(total, [batch, -1]), beams * vocab + tokens, batch_dims=1)
     key = beams * vocab + tokens
     count = tf.shape(key)[1]
@@ -193,12 +183,10 @@ def select(log_probs, alive_log_probs, state, constraints, continues, ended_fn, 
                          continues)
     bank = tf.reduce_sum(tf.cast(met, tf.int32), axis=-1)  # (B', C) tokens met
     needed = tf.reduce_sum(tf.cast(valid_tokens, tf.int32), axis=1)[:, None]
-    rank = _before(scores, tf.where(usable, bank, -1))
-    last_key = count * (columns + 1)
-    order = tf.where(usable, rank * (columns + 1) + (columns - bank), last_key + rank)
+    order, after = _stripes(scores, usable, bank, tf.shape(constraints)[1])
     ended = ended_fn(tokens)
     _, first = tf.math.top_k(-order, k)  # the first K in stripe order
-    _, alive = tf.math.top_k(-tf.where(usable & ~ended, order, 2 * last_key + rank), k)
+    _, alive = tf.math.top_k(-tf.where(usable & ~ended, order, after + order), k)
     chosen = tf.concat([first, alive], axis=1)  # (B', 2K)
     # a candidate filling a slot no usable one could is impossible: NEG_INF
     picked = tf.where(tf.gather(usable, chosen, batch_dims=1),
@@ -212,6 +200,36 @@ def select(log_probs, alive_log_probs, state, constraints, continues, ended_fn, 
         incomplete=tf.gather(bank < needed, chosen, batch_dims=1),
         constraint_state=ConstraintState(tf.gather(met, alive, batch_dims=1),
                                          tf.gather(last, alive, batch_dims=1)))
+
+
+def _candidates(total, state, constraints, continues):
+    """The candidates of a step from total (B', K, V) log P of every extension: (beams,
+    tokens, offered) each (B', C): the best 2K over K·V, every constraint slot of every
+    hypothesis (offered where :func:`_allowed`), each hypothesis' best token."""
+    batch, k, vocab = tf.shape(total)[0], total.shape[1] or tf.shape(total)[1], \
+        tf.shape(total)[2]
+    columns = tf.shape(constraints)[1]
+    _, index = top_k(tf.reshape(total, [batch, k * vocab]), 2 * k)
+    own = tf.argmax(total, axis=-1, output_type=tf.int32)  # (B', K)
+    hypotheses = tf.broadcast_to(tf.range(k)[None, :], [batch, k])
+    slots = tf.reshape(tf.broadcast_to(hypotheses[..., None], [batch, k, columns]),
+                       [batch, -1])
+    allowed_tokens = tf.broadcast_to(constraints[:, None, :], [batch, k, columns])
+    beams = tf.concat([index // vocab, slots, hypotheses], axis=1)
+    tokens = tf.concat([index % vocab, tf.reshape(allowed_tokens, [batch, -1]), own], axis=1)
+    allowed = tf.reshape(_allowed(state, constraints, continues), [batch, -1])
+    offered = tf.concat([tf.ones_like(index, tf.bool), allowed, tf.ones_like(own, tf.bool)],
+                        axis=1)
+    return beams, tokens, offered
+
+
+def _stripes(scores, usable, bank, columns):
+    """fairseq's stripes: (order (B', C) int32, the smaller the earlier; after () int32
+    above every order): usable candidates by (rank in their bank, higher bank first), the
+    unusable ones after them by score."""
+    rank = _before(scores, tf.where(usable, bank, -1))
+    after = tf.shape(scores)[1] * (columns + 1)
+    return tf.where(usable, rank * (columns + 1) + (columns - bank), after + rank), 2 * after
 
 
 def finished_rank(scores, incomplete):
