@@ -296,3 +296,16 @@ def test_an_ensemble_takes_constraints():
     best = [row[0][:n[0]].tolist() for row, n in zip(out.ids.numpy(), out.lengths.numpy(),
                                                       strict=True)]
     assert holds(best[0], [7, 8]) and holds(best[1], [9]), best
+
+
+def test_translate_script_says_ctranslate2_has_no_constraints(tmp_path, capsys):
+    from test_ctranslate2 import _fake_ct2_dir
+    from test_serving import load_script
+
+    terms = tmp_path / "terms"
+    terms.write_text("Hund\n")
+    with pytest.raises(SystemExit) as exit_:
+        load_script("translate").main(["--model", _fake_ct2_dir(tmp_path / "ct2"),
+                                       "--constraints-file", str(terms)])
+    assert exit_.value.code == 2
+    assert "CTranslate2 has no terminology constraints" in capsys.readouterr().err
