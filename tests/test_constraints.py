@@ -5,6 +5,7 @@ constrained beam search with dynamic beam allocation, in process, in the exporte
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_shortlist import spm_table  # noqa: F401  (the fixture: a shortlist of spm_model)
 
 from tfxformer.decoding import EOS_ID, DecodeStart, beam_search, greedy_decode
 from tfxformer.decoding.adapter import output_limits
@@ -210,26 +211,32 @@ def test_an_export_without_the_input_refuses_constraints_only():
 
 
 @pytest.mark.slow  # traces the n-best graph
-def test_a_right_to_left_model_gets_each_phrase_reversed(tiny_export, spm_model):
+def test_a_right_to_left_model_with_a_shortlist_holds_each_phrase(tiny_export, spm_model,
+                                                                   spm_table):  # noqa: F811
     """A right-to-left model writes the pieces last first: its phrases are reversed, so
-    the output, put back in reading order, holds each phrase."""
+    the output, put back in reading order, holds each phrase; a vocabulary shortlist takes
+    the phrases' pieces in, those it would leave out too."""
     import sentencepiece as spm
     from conftest import TINY_EXPORT_OPTIONS
     from test_steering import nbest_inputs
 
     from tfxformer import Transformer
+    from tfxformer.decoding.shortlist import shortlist_ids
     from tfxformer.serving import Translator
 
     processor = spm.SentencePieceProcessor(model_proto=spm_model)
     translator = Translator(Transformer.from_preset(tiny_export), spm_model,
-                            reverse_target=True, **TINY_EXPORT_OPTIONS)
-    texts = ["A dog runs in the park.", "A woman sings."]
+                            reverse_target=True, shortlist=spm_table, **TINY_EXPORT_OPTIONS)
+    texts, terms = ["A dog runs in the park.", "A woman sings."], ["Hund\tim Park", "Zebra"]
+    listed = shortlist_ids(tf.constant([processor.encode(texts[1]) + [EOS_ID]]),
+                           spm_table.table, spm_table.frequent).numpy().tolist()
+    assert not set(processor.encode("Zebra")) <= set(listed)  # the shortlist lacks it
     out = translator.translate_nbest(tf.constant(texts), **nbest_inputs(
-        2, num_hypotheses=1, extra_length=16, constraints=["Hund\tim Park", "Frau"]))
+        2, num_hypotheses=1, extra_length=16, constraints=terms))
     best = [t.decode() for t in out["translations"].numpy()[:, 0]]
-    assert _pieces_hold(processor, best[0], "Hund") and _pieces_hold(processor, best[0],
-                                                                      "im Park"), best
-    assert _pieces_hold(processor, best[1], "Frau"), best
+    for text, phrases in zip(best, terms, strict=True):
+        for phrase in phrases.split("\t"):
+            assert _pieces_hold(processor, text, phrase), (text, phrase)
     assert out["warning"].numpy().tolist() == [b"", b""]
 
 
