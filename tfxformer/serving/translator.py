@@ -5,6 +5,8 @@ Shapes: N input strings, B sentences of one chunk, S source length, K beam size.
 
 from __future__ import annotations
 
+import functools
+
 import tensorflow as tf
 
 from tfxformer import checks, multilingual
@@ -638,6 +640,22 @@ class Translator(tf.Module):
         empty = tf.equal(total, 0)
         return _concat(translations, empty, tf.string), _concat(scores, empty, tf.float32)
 
+    @functools.cached_property
+    def _best_of_beam(self):
+        """(source (B, S), beam size, α, extra length[, shortlist]) -> the best (ids (B, L),
+        lengths (B,), scores (B,)) by beam search: one `tf.function` that the signatures
+        with option inputs call, so an export traces it and holds its graph once (once
+        more with a shortlist), not once per signature; serving_default runs its
+        `python_function` in its own graph, with the export's options as constants."""
+        def best(source, beam_size, alpha, extra_length, shortlist=None):
+            out = beam_search(self.model, source, beam_size, alpha, extra_length,
+                              self.max_output_tokens, shortlist=shortlist,
+                              stopping=self.options.stopping,
+                              length_normalization=self.options.length_normalization)
+            return out.ids[:, 0], out.lengths[:, 0], out.scores[:, 0]
+
+        return tf.function(best, autograph=False)
+
     def _search(self, source, options, shortlist, chunk):
         """The best (ids (B, L), lengths (B,), scores (B,)) of one chunk: beam search, or
         sampling when `options` holds a seed (chunk c draws with fold_in(seed, c))."""
@@ -648,10 +666,16 @@ class Translator(tf.Module):
             return out.ids, out.lengths, out.scores
 
         def graph():
-            out = beam_search(self.model, source, **options, **limits,
-                              stopping=self.options.stopping,
-                              length_normalization=self.options.length_normalization)
-            return out.ids[:, 0], out.lengths[:, 0], out.scores[:, 0]
+            names = ("beam_size", "alpha", "extra_length")
+            if not any(isinstance(options[name], tf.Tensor) for name in names):
+                # serving_default's: a beam size known when tracing gives static shapes
+                return self._best_of_beam.python_function(source, *(options[n] for n in names),
+                                                          shortlist)
+            values = [tf.cast(options[name], dtype) for name, dtype in zip(
+                names, (tf.int32, tf.float32, tf.int32), strict=True)]
+            if shortlist is None:  # translate_with_options' and translate_per_example's
+                return self._best_of_beam(source, *values)
+            return self._best_of_beam(source, *values, shortlist)
 
         if self.compiled_search is None or shortlist is not None:
             return graph()
