@@ -59,12 +59,17 @@ class BeamSearchOutput(NamedTuple):
     """N-best lists, best first: ids (B, K, L) int32 (EOS then PAD 0 after each
     hypothesis), lengths (B, K) tokens including the EOS, scores (B, K) float32
     log P(Y | X) / lp(Y); steps (B,) int32 the decoder steps each sentence ran (it left
-    the batch after them; with a static cache every sentence runs the loop's steps)."""
+    the batch after them; with a static cache every sentence runs the loop's steps);
+    token_log_probs (B, K, L) float32 when asked for (`token_log_probs=True`, else None):
+    the log-probability of each token under the distribution the search used (steered,
+    a prefix forced), 0 after each hypothesis' end, so a row sums to log P(Y | X) =
+    score × its length normalizer."""
 
     ids: tf.Tensor
     lengths: tf.Tensor
     scores: tf.Tensor
     steps: tf.Tensor
+    token_log_probs: Any = None
 
 
 class _BeamState(NamedTuple):
@@ -82,6 +87,9 @@ class _BeamState(NamedTuple):
     context: Any  # leaves (B', ...)
     steering: Any = ()  # a decoding.steering.Steering of the running sentences, or ()
     constraint_state: Any = ()  # a decoding.constraints.ConstraintState of the alive, or ()
+    # (B', K, L + 1) float32 each token's log-probability (column 0 BOS: 0), or () off
+    alive_token_log_probs: Any = ()
+    finished_token_log_probs: Any = ()
 
 
 def length_penalty(length, alpha):
@@ -154,7 +162,7 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
                          bos_id=BOS_ID, static_cache=False, *,
                          stopping=common.DEFAULTS.stopping,
                          length_normalization=common.DEFAULTS.length_normalization,
-                         steering=None):
+                         steering=None, token_log_probs=False):
     """Beam search with the GNMT length penalty on a step function (§6.1).
 
     Runs inside one `tf.while_loop` (graph-safe; with `static_cache=True` and a Python
@@ -184,43 +192,54 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
             applied to every step's logits; while a sentence's prefix is forced one
             hypothesis is alive; constraints steer which hypotheses stay alive and may
             finish (:mod:`tfxformer.decoding.constraints`).
+        token_log_probs: a Python bool; True also returns each token's log-probability
+            (tracked with the hypotheses: one (B', K, L) float array more in the loop);
+            False (the default) builds the same graph as before.
 
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K),
-        steps (B,)).
+        steps (B,), token_log_probs (B, K, L) or None).
     """
     beam_size, alpha = _check_options(beam_size, alpha)
     search = BeamSearchLoop(start.step_fn, beam_size, alpha,
                             common.check_ids(eos_id, pad_id, bos_id), pad_id, bos_id,
                             stopping, length_normalization)
     batch = tf.shape(start.limits)[0]
-    state = search.initial_state(start)._replace(steering=() if steering is None else steering)
+    state = search.initial_state(start, token_log_probs)._replace(
+        steering=() if steering is None else steering)
     if has_constraints(steering):
         state = state._replace(constraint_state=constraints.initial_state(
             steering.constraints, beam_size))
     out = (tf.fill([batch, beam_size, start.output_columns], pad_id),
-           tf.fill([batch, beam_size], NEG_INF), tf.zeros([batch], tf.int32))
+           tf.fill([batch, beam_size], NEG_INF), tf.zeros([batch], tf.int32),
+           tf.zeros([batch, beam_size, start.output_columns]) if token_log_probs else ())
 
-    def body(state, out_ids, out_scores, out_steps):
+    def body(state, out_ids, out_scores, out_steps, out_token_lps):
         if static_cache:
-            return search.hold_done(state, search.step(state)), out_ids, out_scores, out_steps
+            return (search.hold_done(state, search.step(state)), out_ids, out_scores,
+                    out_steps, out_token_lps)
         state = search.step(state)
         done = search.done(state)
 
         def leave():
             gone = tf.boolean_mask(state.rows, done)
             steps = common.scatter_rows(out_steps, gone, tf.fill(tf.shape(gone), state.i))
-            return (*search.leave(state, done, out_ids, out_scores), steps)
+            token_lps = out_token_lps
+            if token_log_probs:
+                token_lps = common.scatter_rows(out_token_lps, gone, tf.boolean_mask(
+                    search.result_token_log_probs(state), done))
+            return (*search.leave(state, done, out_ids, out_scores), steps, token_lps)
 
         return tf.cond(tf.reduce_any(done), leave,
-                       lambda: (state, out_ids, out_scores, out_steps))
+                       lambda: (state, out_ids, out_scores, out_steps, out_token_lps))
 
     def cond(state, *_):
         return (state.i < start.output_columns) & ~tf.reduce_all(search.done(state))
 
-    invariants = (common.loop_invariants(state, static_cache), *(t.shape for t in out))
-    state, out_ids, out_scores, out_steps = tf.while_loop(cond, body, (state, *out),
-                                                          shape_invariants=invariants)
+    invariants = (common.loop_invariants(state, static_cache),
+                  *tf.nest.map_structure(lambda t: t.shape, out))
+    state, out_ids, out_scores, out_steps, out_token_lps = tf.while_loop(
+        cond, body, (state, *out), shape_invariants=invariants)
     # Sentences still in the batch (all of them with a static cache).
     ids, scores = search.result(state)
     out_ids = common.scatter_rows(out_ids, state.rows, ids)
@@ -228,7 +247,15 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
     out_steps = common.scatter_rows(out_steps, state.rows, tf.fill(tf.shape(state.rows),
                                                                    state.i))
     lengths = tf.reduce_sum(tf.cast(out_ids != pad_id, tf.int32), axis=-1)
-    return BeamSearchOutput(out_ids, lengths, out_scores, out_steps)
+    if not token_log_probs:
+        return BeamSearchOutput(out_ids, lengths, out_scores, out_steps)
+    out_token_lps = common.scatter_rows(out_token_lps, state.rows,
+                                        search.result_token_log_probs(state))
+    return BeamSearchOutput(out_ids, lengths, out_scores, out_steps, out_token_lps)
+
+
+def _tracks_token_log_probs(state):
+    return isinstance(state.alive_token_log_probs, tf.Tensor)
 
 
 def _gather(x, index):
@@ -258,18 +285,22 @@ class BeamSearchLoop:
     def _normalizer(self, tokens, ends_with_eos=False):
         return length_normalizer(tokens, self.alpha, self.length_normalization, ends_with_eos)
 
-    def initial_state(self, start):
+    def initial_state(self, start, token_log_probs=False):
+        """The state before the first step; `token_log_probs` (a Python bool): it also
+        tracks each token's log-probability (:meth:`result_token_log_probs`)."""
         k, batch = self.beam_size, tf.shape(start.limits)[0]
         # Only beam 0 is live at first: the K beams start identical.
         first = tf.concat([tf.zeros([1]), tf.fill([k - 1], NEG_INF)], axis=0)
         seq = common.write_column(tf.fill([batch, k, start.output_columns + 1], self.pad_id), 0,
                                   tf.fill([batch, k], self.bos_id))
+        token_lps = tf.zeros(tf.shape(seq)) if token_log_probs else ()
         return _BeamState(
             i=tf.constant(0), rows=tf.range(batch), limits=start.limits, alive_seq=seq,
             alive_log_probs=tf.tile(first[None], [batch, 1]), finished_seq=seq,
             finished_scores=tf.fill([batch, k], NEG_INF),
             finished_flags=tf.zeros([batch, k], tf.bool), cache=start.cache,
-            context=start.context)
+            context=start.context, alive_token_log_probs=token_lps,
+            finished_token_log_probs=token_lps)
 
     def done(self, state):
         """(B',) bool: at its limit, or done by the stopping rule: "bound", K hypotheses
@@ -290,8 +321,11 @@ class BeamSearchLoop:
         returns what it would have returned on leaving it."""
         done = self.done(before)
         held = {}
-        for name in ("alive_seq", "alive_log_probs", "finished_seq", "finished_scores",
-                     "finished_flags"):
+        names = ["alive_seq", "alive_log_probs", "finished_seq", "finished_scores",
+                 "finished_flags"]
+        if _tracks_token_log_probs(before):
+            names += ["alive_token_log_probs", "finished_token_log_probs"]
+        for name in names:
             new = getattr(after, name)
             where = tf.reshape(done, [-1] + [1] * (new.shape.rank - 1))
             held[name] = tf.where(where, getattr(before, name), new)
@@ -299,7 +333,7 @@ class BeamSearchLoop:
 
     def step(self, state):
         i, k = state.i, self.beam_size
-        pick, cache = self._grow(state)
+        pick, cache, next_log_probs = self._grow(state)
         seq = common.write_column(_gather(state.alive_seq, pick.beams), i + 1, pick.tokens)
         log_probs, tokens = pick.log_probs, pick.tokens  # (B', 2K)
         ended = self._ended(tokens, i, state.limits)
@@ -321,12 +355,28 @@ class BeamSearchLoop:
             scores = _gather(scores, best)
         else:
             scores, best = tf.math.top_k(scores, k=k)
+        if _tracks_token_log_probs(state):
+            state = self._track_token_log_probs(state, pick, next_log_probs, best)
         return state._replace(
             i=i + 1, alive_seq=_gather(seq, pick.alive), alive_log_probs=pick.alive_log_probs,
             finished_seq=_gather(tf.concat([state.finished_seq, seq], axis=1), best),
             finished_scores=scores,
             finished_flags=_gather(tf.concat([state.finished_flags, ended_real], axis=1), best),
             cache=common.gather_rows(cache, rows), constraint_state=pick.constraint_state)
+
+    def _track_token_log_probs(self, state, pick, next_log_probs, best):
+        """`state` with its per-token log-probabilities following `pick`'s candidates as
+        `alive_seq` and `finished_seq` do: each candidate's token's log-probability (from
+        the (B'·K, V) `next_log_probs` the search added up) at column i + 1."""
+        batch = tf.shape(pick.beams)[0]
+        vocab = tf.shape(next_log_probs)[-1]
+        flat = tf.reshape(next_log_probs, [batch, -1])  # (B', K·V)
+        token = _gather(flat, pick.beams * vocab + pick.tokens)  # (B', 2K)
+        seq = common.write_column(_gather(state.alive_token_log_probs, pick.beams),
+                                  state.i + 1, token)
+        finished = tf.concat([state.finished_token_log_probs, seq], axis=1)
+        return state._replace(alive_token_log_probs=_gather(seq, pick.alive),
+                              finished_token_log_probs=_gather(finished, best))
 
     def _ended(self, tokens, i, limits):
         """(B', M) bool: candidates of tokens (B', M) written at step `i` that end."""
@@ -361,7 +411,7 @@ class BeamSearchLoop:
                                          tf.zeros_like(ended), state.constraint_state)
 
         if not has_constraints(state.steering):
-            return plain(), cache
+            return plain(), cache, log_probs
         steer = state.steering
 
         def constrained():
@@ -370,7 +420,8 @@ class BeamSearchLoop:
                 steer.constraint_continues, lambda t: self._ended(t, i, state.limits),
                 self.eos_id)
 
-        return tf.cond(constraints.present(steer.constraints), constrained, plain), cache
+        return (tf.cond(constraints.present(steer.constraints), constrained, plain), cache,
+                log_probs)
 
     def result(self, state):
         """(ids (B', K, L), scores (B', K)): finished hypotheses, best first; the alive
@@ -380,6 +431,14 @@ class BeamSearchLoop:
         seq = tf.where(any_finished[:, None, None], state.finished_seq, state.alive_seq)
         scores = tf.where(any_finished[:, None], state.finished_scores, alive_scores)
         return seq[:, :, 1:], scores
+
+    def result_token_log_probs(self, state):
+        """(B', K, L) float32: each token's log-probability in the hypotheses of
+        :meth:`result` (a state made with `initial_state(..., token_log_probs=True)`)."""
+        any_finished = tf.reduce_any(state.finished_flags, axis=1)
+        values = tf.where(any_finished[:, None, None], state.finished_token_log_probs,
+                          state.alive_token_log_probs)
+        return values[:, :, 1:]
 
     def leave(self, state, done, out_ids, out_scores):
         """Writes the done sentences' n-best lists at their batch positions and keeps the
@@ -399,7 +458,8 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
                 alpha=common.DEFAULTS.alpha, extra_length=common.DEFAULTS.extra_length,
                 max_output_length=None, static_cache=False, *, eos_id=EOS_ID, shortlist=None,
                 stopping=common.DEFAULTS.stopping,
-                length_normalization=common.DEFAULTS.length_normalization, steering=None):
+                length_normalization=common.DEFAULTS.length_normalization, steering=None,
+                token_log_probs=False):
     """Translates a batch with beam search and the GNMT length penalty (§6.1).
 
     :func:`transformer_decoder` (encode once; the key/value cache), or for several models
@@ -433,10 +493,12 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
         steering: None, or a :class:`tfxformer.decoding.steering.Steering` of the B
             sentences (:func:`tfxformer.decoding.steering.make_steering`: repetition
             penalty, no-repeat n-gram size, a forced prefix in the search's columns).
+        token_log_probs: a Python bool; True also returns each token's log-probability
+            under the distribution the search used (:func:`sequence_beam_search`).
 
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K),
-        steps (B,)).
+        steps (B,), token_log_probs (B, K, L) or None).
 
     Example:
     >>> model = Transformer.from_preset("tiny", vocab_size=50)
@@ -451,7 +513,8 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
                     static_cache, shortlist)
     out = sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,
                                static_cache=static_cache, stopping=stopping,
-                               length_normalization=length_normalization, steering=steering)
+                               length_normalization=length_normalization, steering=steering,
+                               token_log_probs=token_log_probs)
     if shortlist is None:
         return out
     return out._replace(ids=to_vocabulary(out.ids, shortlist))
