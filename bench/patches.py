@@ -15,6 +15,11 @@ before a change (or a sketch of a proposed one), so `train_speed.py`, `decode_sp
               the lean step, for before/after figures. Replaces
               `tfxformer.models.lean_step.unsupported`.
 
+  per_signature_decode  every signature traces its own beam search, as exports did before
+              translate_with_options and translate_per_example called one traced decode
+              (`Translator._best_of_beam`). Replaces `tfxformer.serving.translator.Translator`
+              with a subclass whose `_best_of_beam` is the plain Python function.
+
 Sketches that tfxformer has since adopted or that measured slower are gone; their
 verdicts are in bench/README.md, "Studies" (`fused_loss`, `fused_topk`: `git show
 677cc7a:bench/patches.py`).
@@ -44,8 +49,30 @@ def batched_projection(rows, dtype):
                              tf.float32)
 
 
-# name -> (module, public function it replaces, replacement)
+def per_signature_decode():
+    """A `Translator` subclass that traces beam search in each signature's own graph."""
+    from tfxformer.serving.translator import Translator
+
+    class PerSignatureDecode(Translator):
+        @property
+        def _best_of_beam(self):
+            best = Translator._best_of_beam.func(self).python_function
+            best.python_function = best
+            return best
+
+    return PerSignatureDecode
+
+
+# name -> (module, public function it replaces, replacement); a replacement that is a
+# `Factory` is called (once tfxformer is imported) for the object that replaces it.
+class Factory:
+    def __init__(self, make):
+        self.make = make
+
+
 PATCHES = {
+    "per_signature_decode": ("tfxformer.serving.translator", "Translator",
+                             Factory(per_signature_decode)),
     "batched_projection": ("tfxformer.models.lean_step", "output_projection",
                            batched_projection),
     "layer_step": ("tfxformer.models.lean_step", "unsupported", lambda model: "patched off"),
@@ -64,6 +91,8 @@ def apply(names):
             raise SystemExit(f"patch {name}: {module_name}.{attribute} is not a public name "
                              "of tfxformer any more; update bench/patches.py")
         original = getattr(module, attribute)
+        if isinstance(replacement, Factory):
+            replacement = replacement.make()
         setattr(module, attribute, replacement)
         # The package may re-export it (tfxformer.decoding does): patch that too.
         package = importlib.import_module(module_name.rpartition(".")[0])

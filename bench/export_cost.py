@@ -1,0 +1,107 @@
+"""What an export costs to make and to load: CPU seconds of `scripts/export.py`, the size of
+its saved_model.pb, and the resident memory a fresh process adds loading it and calling
+its beam-search signatures (serving_default, translate_with_options,
+translate_per_example) on one sentence; now and with `--patch per_signature_decode` (each
+signature tracing its own beam search, as exports did before they shared one traced
+decode). Every figure comes from a fresh process; the variants alternate `--repeats`
+times.
+
+  python bench/export_cost.py --model saved_models/multi30k_en_de --repeats 2 \\
+      --work runs/export_cost > bench/results/export_cost.log
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import benchlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+EXPORT = """
+import resource, runpy, sys
+sys.path.insert(0, {here!r})
+if {patch!r}:
+    import patches
+    patches.apply({patch!r})
+sys.argv = ["export.py", "--model", {model!r}, "--export-dir", {out!r}]
+try:
+    runpy.run_path({script!r}, run_name="__main__")
+except SystemExit as error:
+    if error.code:
+        raise
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print("CPU", usage.ru_utime + usage.ru_stime)
+"""
+
+LOAD = """
+import resource
+import tensorflow as tf
+import tensorflow_text  # noqa: F401 - the SentencePiece ops
+
+def mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+before = mib()
+loaded = tf.saved_model.load({version!r})
+after_load = mib()
+text = tf.constant(["A dog runs in the park."])
+loaded.signatures["serving_default"](text=text)
+loaded.signatures["translate_with_options"](text=text, beam_size=tf.constant(4),
+                                            alpha=tf.constant(0.6), extra_length=tf.constant(50))
+loaded.signatures["translate_per_example"](text=text, beam_size=tf.constant([4]),
+                                           alpha=tf.constant([0.6]),
+                                           extra_length=tf.constant([50]),
+                                           max_input_tokens=tf.constant([128]))
+print("MEM", after_load - before, mib() - before)
+"""
+
+
+def run(code):
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    if done.returncode:
+        raise SystemExit(done.stderr[-3000:])
+    return done.stdout.split()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="saved_models/multi30k_en_de",
+                    help="what to export: any model dir scripts/export.py takes")
+    ap.add_argument("--patch", default="per_signature_decode",
+                    help="the bench/patches.py patch of the other variant")
+    ap.add_argument("--repeats", type=int, default=2, help="passes of both variants")
+    ap.add_argument("--work", default="runs/export_cost",
+                    help="folder for the exports (emptied first)")
+    args = ap.parse_args(argv)
+    shutil.rmtree(args.work, ignore_errors=True)
+    rows = {"now": [], args.patch: []}
+    for repeat in range(args.repeats):
+        for name in (("now", args.patch) if repeat % 2 == 0 else (args.patch, "now")):
+            out = os.path.abspath(os.path.join(args.work, f"{name}_{repeat}"))
+            words = run(EXPORT.format(here=HERE, patch="" if name == "now" else name,
+                                      model=args.model, out=out,
+                                      script=os.path.join(ROOT, "scripts", "export.py")))
+            version = os.path.join(out, "1")
+            loaded = run(LOAD.format(version=version))
+            row = {"export_cpu_s": round(float(words[words.index("CPU") + 1]), 2),
+                   "saved_model_pb_mb": round(os.path.getsize(
+                       os.path.join(version, "saved_model.pb")) / 1e6, 2),
+                   "load_mib": round(float(loaded[1]), 1),
+                   "load_and_3_signatures_mib": round(float(loaded[2]), 1)}
+            rows[name].append(row)
+            benchlib.log(f"{name} pass {repeat}: {json.dumps(row)}")
+    benchlib.emit({"bench": "export_cost", "model": args.model, "machine": benchlib.machine(),
+                   "load_average": os.getloadavg(), "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
