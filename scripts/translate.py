@@ -17,7 +17,8 @@ beam search (back-translation, Edunov et al., 2018), reproducible with --seed:
         < mono.de > sampled.en
 
 With --n-best K each line gets its K best translations as Moses n-best lines,
-"i ||| translation ||| score" (i counts input lines from 0; docs/steering.md);
+"i ||| translation ||| score" (i counts input lines from 0; docs/steering.md), and with
+--token-scores a fourth field of each SentencePiece piece and its log-probability;
 --no-repeat-ngram-size, --repetition-penalty, --target-prefix-file and --constraints-file
 steer the output:
 
@@ -92,6 +93,13 @@ def parse_args(argv=None):
                           help="print each line's K best translations (K <= the beam size) "
                                "as Moses n-best lines 'i ||| translation ||| score', i the "
                                "input line from 0, best first")
+    steering.add_argument("--token-scores", action="store_true",
+                          help="with --n-best: add a fourth field to each line, each "
+                               "SentencePiece piece of the translation and its "
+                               "log-probability, 'piece=log-prob' separated by spaces (the "
+                               "EOS '</s>' last; they add up to the score times the length "
+                               "normalizer); as Moses appends its alignment field. Not with a "
+                               "CTranslate2 model")
     steering.add_argument("--no-repeat-ngram-size", type=cli.int_at_least(0), metavar="N",
                           help="never repeat an n-gram of N tokens in an output (0 = off) "
                                "(default: 0)")
@@ -145,6 +153,9 @@ def _check_sampling_flags(parser, args):
     given = [flag for flag, value in (("--sampling-temperature", args.sampling_temperature),
                                       ("--sampling-topp", args.sampling_topp),
                                       ("--seed", args.seed)) if value is not None]
+    if args.token_scores and args.n_best is None:
+        parser.error("--token-scores adds a field to the Moses n-best lines of --n-best K: "
+                     "give --n-best K (K >= 1)")
     if args.sampling_topk is None:
         if args.n_best is not None and args.beam_size is not None \
                 and args.n_best > args.beam_size:
@@ -269,6 +280,11 @@ def load(args):
         raise ValueError(f"--constraints-file: {source.path!r} is a CTranslate2 model "
                          "directory, and CTranslate2 has no terminology constraints: give "
                          "the SavedModel or run dir of the model instead.")
+    if args.token_scores and source.kind == "ctranslate2":
+        raise ValueError(f"--token-scores: {source.path!r} is a CTranslate2 model directory, "
+                         "whose translate_batch gives each hypothesis' score but not each "
+                         "token's log-probability (only the whole vocabulary's logits): "
+                         "give the SavedModel or run dir of the model instead.")
     if args.sampling_topk is None:  # any model dir, CTranslate2's too
         rules = {k: v for k, v in (("stopping", args.stopping),
                                    ("length_normalization", args.length_normalization)) if v}
@@ -287,6 +303,11 @@ def load(args):
                                  "translate_nbest took constraints: re-export it with "
                                  f"python scripts/export.py --model {nbest.path} --export-dir "
                                  "NEW_EXPORT_DIR")
+            if args.token_scores and not getattr(nbest, "gives_token_scores", False):
+                raise ValueError(f"--token-scores: {nbest.path!r} was exported before "
+                                 "translate_nbest returned token log-probabilities: re-export "
+                                 f"it with python scripts/export.py --model {nbest.path} "
+                                 "--export-dir NEW_EXPORT_DIR")
             return Steered(nbest, best=args.n_best is None)
         return load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
                                  extra_length=args.extra_length, batch_size=args.batch_size,
@@ -332,7 +353,8 @@ def main(argv=None):
             if args.n_best is not None:  # Moses n-best lines; split() drops \r and \n
                 from tfxformer.serving.nbest import moses_lines
 
-                out = "".join(line + "\n" for line in moses_lines(count, text))
+                out = "".join(line + "\n" for line in moses_lines(count, text,
+                                                                     args.token_scores))
                 words += len(text[0].text.split()) if text else 0
             else:
                 text = text.replace("\r", " ").replace("\n", " ")  # one line per line in

@@ -470,7 +470,8 @@ def test_batchable_signatures_are_batch_major(export_dir):
         tensors = {**signatures[name].inputs, **signatures[name].outputs}
         assert set(signatures[name].outputs) == {
             "score": {"log_prob", "mean_log_prob", "token_log_probs", "length", "truncated"},
-            "translate_nbest": {"translations", "scores", "truncated", "warning"}}.get(
+            "translate_nbest": {"translations", "scores", "truncated", "warning", "tokens",
+                                "token_log_probs"}}.get(
                 name, {"translation", "score", "truncated"})
         for key, info in tensors.items():
             dims = [d.size for d in info.tensor_shape.dim]
@@ -535,6 +536,8 @@ def test_warmup_records_replay_in_a_fresh_process(fresh_process):
             assert (record["length"][-1] == 1) == (size > 1)  # a blank target: EOS alone
             continue
         if record["signature"] == "translate_nbest":  # n-best lists of the beam size
+            pieces = record["outputs"].pop("tokens")
+            assert pieces[:2] == [size, 3] == record["outputs"].pop("token_log_probs")[:2]
             assert record["outputs"] == {"translations": [size, 3], "scores": [size, 3],
                                          "truncated": [size], "warning": [size]}
             continue

@@ -4,13 +4,18 @@ pass over it, and leave the default search as it was."""
 
 import numpy as np
 import pytest
+import sentencepiece as spm
 import tensorflow as tf
+from conftest import tiny_export_translator
+from test_serving import run_script
+from test_steering import SOURCES, nbest_inputs
 
 from tfxformer import Transformer
 from tfxformer.decoding import beam_search, score_targets
 from tfxformer.decoding.beam_search import length_normalizer
 from tfxformer.decoding.steering import make_steering
 from tfxformer.ids import EOS_ID
+from tfxformer.serving.nbest import Hypothesis, moses_lines
 
 VOCAB = 40
 SOURCE = tf.constant([[7, 8, 9, 10, EOS_ID], [11, 12, EOS_ID, 0, 0], [13, EOS_ID, 0, 0, 0]])
@@ -86,3 +91,90 @@ def test_steered_and_constrained_token_log_probs_add_up(model):
     out = _search(model, steering=steering, token_log_probs=True)
     _assert_sums(out, 0.6, "gnmt")
     assert np.all(out.ids.numpy()[0, :, :2] == [5, 6])
+
+
+@pytest.fixture(scope="module")
+def processor(spm_model):
+    return spm.SentencePieceProcessor(model_proto=spm_model)
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_export, spm_model):
+    """The tiny export in process (conftest): beam 3, extra length 4, chunks of 3."""
+    return tiny_export_translator(tiny_export, spm_model)
+
+
+def test_translate_nbest_returns_pieces_and_their_log_probs(translator, processor):
+    """`tokens` and `token_log_probs` (N, K, T): each hypothesis' pieces, EOS "</s>", their
+    log-probabilities adding up to score × normalizer; "" / 0 for blank texts, padding and
+    cells beyond a text's count; with a target prefix's alternatives too."""
+    out = translator.translate_nbest(tf.constant(SOURCES), **nbest_inputs(
+        len(SOURCES), num_hypotheses=[3, 2, 3, 2, 2], target_prefix=["", "", "", "Ein", ""]))
+    words, values = out["tokens"].numpy(), out["token_log_probs"].numpy()
+    n, k = out["scores"].shape
+    assert words.shape[:2] == (n, k) == values.shape[:2] and values.dtype == np.float32
+    for i in range(n):
+        for j in range(k):
+            pieces = [w.decode("utf-8") for w in words[i, j] if w]
+            score = out["scores"].numpy()[i, j]
+            if not np.isfinite(score) or not SOURCES[i]:
+                assert pieces == [] and not values[i, j].any()
+                continue
+            text = out["translations"].numpy()[i, j].decode("utf-8")
+            assert processor.decode_pieces([p for p in pieces if p != "</s>"]) == text
+            length = len(pieces)
+            normalizer = ((5.0 + length) / 6.0) ** 0.6
+            np.testing.assert_allclose(values[i, j].sum(), score * normalizer,
+                                       rtol=1e-5, atol=1e-4)
+            assert not values[i, j, length:].any()
+
+
+def test_hypotheses_keep_the_two_field_form_and_write_a_token_field():
+    """`Hypothesis(text, score)` still works (no pieces); `moses_lines(...,
+    token_scores=True)` adds the field of 'piece=log-prob' pairs."""
+    plain = Hypothesis("Ein Hund.", -0.5)
+    assert plain.tokens == () and plain.token_log_probs == ()
+    scored = Hypothesis("Ein Hund.", -0.5, ("▁Ein", "▁Hund", ".", "</s>"),
+                        (-0.25, -0.5, -0.125, -0.0625))
+    assert moses_lines(3, [plain]) == ["3 ||| Ein Hund. ||| -0.500000"]
+    assert moses_lines(3, [scored], token_scores=True) == [
+        "3 ||| Ein Hund. ||| -0.500000 ||| ▁Ein=-0.250000 ▁Hund=-0.500000 .=-0.125000 "
+        "</s>=-0.062500"]
+
+
+def test_token_scores_need_n_best_and_no_ctranslate2_model(tmp_path, capsys):
+    from test_ctranslate2 import _fake_ct2_dir
+    from test_serving import load_script
+
+    with pytest.raises(SystemExit) as exit_:
+        load_script("translate").main(["--model", str(tmp_path), "--token-scores"])
+    assert exit_.value.code == 2 and "--token-scores adds a field" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        load_script("translate").main(["--model", _fake_ct2_dir(tmp_path / "ct2"),
+                                       "--n-best", "2", "--token-scores"])
+    assert exit_.value.code == 2
+    assert "not each token's log-probability" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_translate_script_writes_token_scores(tiny_export, translator):
+    """translate.py --n-best 2 --token-scores on the export: the fourth field holds the
+    signature's pieces and log-probabilities, adding up to score × normalizer."""
+    stdout = run_script("translate", ["--model", tiny_export, "--n-best", "2",
+                                      "--token-scores", "--batch-size", "3"],
+                        stdin="".join(s + "\n" for s in SOURCES).encode())
+    rows = [line.split(" ||| ") for line in stdout.split("\n")[:-1]]
+    here = translator.translate_nbest(tf.constant(SOURCES),
+                                      **nbest_inputs(5, num_hypotheses=2))
+    expected = [(i, j) for i, scores in enumerate(here["scores"].numpy())
+                for j, s in enumerate(scores) if s != -np.inf]
+    assert len(rows) == len(expected) and all(len(r) == 4 for r in rows)
+    for row, (i, j) in zip(rows, expected, strict=True):
+        pairs = [pair.rsplit("=", 1) for pair in row[3].split()]
+        pieces = [w.decode("utf-8") for w in here["tokens"].numpy()[i, j] if w]
+        assert [p for p, _ in pairs] == pieces
+        values = np.array([float(v) for _, v in pairs])
+        np.testing.assert_allclose(values, here["token_log_probs"].numpy()[i, j, :len(pieces)],
+                                   atol=2e-6)
+        normalizer = ((5.0 + len(pieces)) / 6.0) ** 0.6 if pieces else 1.0
+        np.testing.assert_allclose(values.sum(), float(row[2]) * normalizer, atol=1e-3)

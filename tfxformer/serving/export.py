@@ -13,9 +13,10 @@ truncated bool):
     translate_nbest: the inputs of translate_per_example, num_hypotheses (int32 [None],
         <= beam_size), no_repeat_ngram_size (int32 [None]), repetition_penalty (float32
         [None]), target_prefix and constraints (tf.string [None]) -> translations
-        (tf.string (N, K)), scores (float32 (N, K)), truncated, warning: each text's
-        n-best list (K the largest num_hypotheses; "" and -inf beyond a text's own;
-        docs/steering.md).
+        (tf.string (N, K)), scores (float32 (N, K)), truncated, warning, tokens
+        (tf.string (N, K, T)) and token_log_probs (float32 (N, K, T)): each text's n-best
+        list with each hypothesis' pieces and their log-probabilities (K the largest
+        num_hypotheses; "" and -inf beyond a text's own; docs/steering.md).
     score: text, target (tf.string, [None] each) -> log_prob, mean_log_prob (float32
         (N,)), token_log_probs (float32 (N, T)), length (int32 (N,)), truncated (bool):
         log P(target | text), teacher-forced (:meth:`Translator.score_pairs`).

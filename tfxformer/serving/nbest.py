@@ -32,10 +32,15 @@ _DEFAULTS = DecodingOptions()
 
 class Hypothesis(NamedTuple):
     """One translation of an n-best list: its `text` and `score`, log P(Y | X) divided by
-    the length normalization (the beam search's own score, higher is better)."""
+    the length normalization (the beam search's own score, higher is better); `tokens`,
+    its SentencePiece pieces (the EOS "</s>" last), and `token_log_probs`, each piece's
+    log-probability (they add up to score × the length normalizer): tuples, empty where
+    the model gives none (an export made before they existed, a CTranslate2 model)."""
 
     text: str
     score: float
+    tokens: tuple = ()
+    token_log_probs: tuple = ()
 
 
 class Line:
@@ -99,17 +104,39 @@ def _input_names(function):
     return {spec.name for spec in function.input_signature}
 
 
-def hypotheses(translations, scores) -> list[list[Hypothesis]]:
-    """(N, K) byte strings and float scores -> N lists, the padding ("" with score -inf)
-    left out."""
-    return [[Hypothesis(t.decode("utf-8"), float(s)) for t, s in zip(row_t, row_s,
-                                                                      strict=True)
-             if s != -np.inf] for row_t, row_s in zip(translations, scores, strict=True)]
+def hypotheses(translations, scores, tokens=None, token_log_probs=None
+               ) -> list[list[Hypothesis]]:
+    """(N, K) byte strings and float scores (and (N, K, T) pieces, "" padding, and their
+    log-probabilities) -> N lists, the padding ("" with score -inf) left out."""
+    lists = []
+    for i, (row_t, row_s) in enumerate(zip(translations, scores, strict=True)):
+        row = []
+        for j, (t, s) in enumerate(zip(row_t, row_s, strict=True)):
+            if s == -np.inf:
+                continue
+            pieces, values = (), ()
+            if tokens is not None:
+                used = int(np.count_nonzero(tokens[i, j]))
+                pieces = tuple(p.decode("utf-8") for p in tokens[i, j, :used])
+                values = tuple(float(v) for v in token_log_probs[i, j, :used])
+            row.append(Hypothesis(t.decode("utf-8"), float(s), pieces, values))
+        lists.append(row)
+    return lists
 
 
-def moses_lines(index: int, nbest: list) -> list[str]:
-    """The Moses n-best lines of sentence `index` (0-based): "i ||| text ||| score"."""
-    return [f"{index} ||| {' '.join(h.text.split())} ||| {h.score:.6f}" for h in nbest]
+def moses_lines(index: int, nbest: list, token_scores=False) -> list[str]:
+    """The Moses n-best lines of sentence `index` (0-based): "i ||| text ||| score"; with
+    `token_scores` a fourth field (as Moses appends its alignment field) of each piece
+    and its log-probability, "piece=log-prob" separated by spaces (a piece holds no space;
+    the last "=" of a pair separates)."""
+    lines = []
+    for h in nbest:
+        line = f"{index} ||| {' '.join(h.text.split())} ||| {h.score:.6f}"
+        if token_scores:
+            line += " ||| " + " ".join(f"{piece}={value:.6f}" for piece, value in zip(
+                h.tokens, h.token_log_probs, strict=True))
+        lines.append(line)
+    return lines
 
 
 class NBestFn:
@@ -137,6 +164,9 @@ class NBestFn:
         self.warnings = []
         # an export made before `translate_nbest` took constraints lacks the input
         self.takes_constraints = "constraints" in _input_names(opened.function)
+        # and one made before it returned token log-probabilities lacks those outputs
+        outputs = getattr(opened.function, "structured_outputs", None)
+        self.gives_token_scores = not isinstance(outputs, dict) or "tokens" in outputs
 
     def __call__(self, lines) -> list[list[Hypothesis]]:
         results = translate_in_length_order(self._batch, list(lines), self.batch_size)
@@ -166,8 +196,10 @@ class NBestFn:
             repetition_penalty=tf.fill([size], float(o.repetition_penalty)),
             target_prefix=tf.constant(prefixes, tf.string))
         warnings = [w.decode("utf-8") for w in out["warning"].numpy()]
-        return list(zip(hypotheses(out["translations"].numpy(), out["scores"].numpy()),
-                        warnings, strict=True))
+        per_token = [out[name].numpy() for name in ("tokens", "token_log_probs")
+                     if name in out]
+        return list(zip(hypotheses(out["translations"].numpy(), out["scores"].numpy(),
+                                   *per_token), warnings, strict=True))
 
     def describe(self) -> str:
         """One line for a log: the model and its decoding options."""

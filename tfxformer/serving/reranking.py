@@ -92,7 +92,7 @@ class RerankingTranslator(Translator):
         out = self.nbest(text, beam, self.alpha if alpha is None else alpha,
                          self.extra_length if extra_length is None else extra_length,
                          self.max_input_tokens if max_input_tokens is None
-                         else max_input_tokens, self.num_hypotheses)
+                         else max_input_tokens, self.num_hypotheses, token_scores=False)
         translations, scores = out["translations"], out["scores"]  # (N, K)
         best = tf.argmax(self.combined(text, translations, scores), axis=1,
                          output_type=tf.int32)

@@ -68,14 +68,16 @@ def width(count):
     return tf.reduce_max(tf.concat([count, [1]], axis=0))
 
 
-def decode_grouped(keys, lengths, chunk_size, decode, dtypes):
+def decode_grouped(keys, lengths, chunk_size, decode, dtypes, ranks=None):
     """Decodes N rows in groups of equal `keys` ((N, G) int32: rows whose decoding options
     are equal), each group sorted by `lengths` (N,) (longest first, little padding) and
     cut into chunks of at most `chunk_size` rows.
 
     `decode(rows)` gets the (B,) int64 row indices of one chunk and returns a tuple of
-    tensors (B, K) of `dtypes`; the result is that tuple for all N rows, in row order.
+    tensors (B, K) (or of the rank in `ranks`, every axis after the first of one size
+    in all chunks) of `dtypes`; the result is that tuple for all N rows, in row order.
     """
+    ranks = ranks or [2] * len(dtypes)
     order = tf.argsort(lengths, direction="DESCENDING", stable=True)
     unique = tf.raw_ops.UniqueV2(x=tf.gather(keys, order), axis=tf.constant([0], tf.int64))
     groups = tf.shape(unique.y)[0]
@@ -98,37 +100,54 @@ def decode_grouped(keys, lengths, chunk_size, decode, dtypes):
     rows_out = tf.TensorArray(tf.int64, size=0, dynamic_size=True, infer_shape=False,
                               element_shape=[None])
     arrays = [tf.TensorArray(d, size=0, dynamic_size=True, infer_shape=False,
-                             element_shape=[None, None]) for d in dtypes]
+                             element_shape=[None] * r) for d, r in zip(dtypes, ranks,
+                                                                        strict=True)]
     _, n, rows_out, arrays = tf.while_loop(lambda g, *_: g < groups, group_body,
                                            [tf.constant(0), tf.constant(0), rows_out, arrays])
     empty = tf.equal(n, 0)
     rows = tf.cond(empty, lambda: tf.zeros([0], tf.int64), rows_out.concat)
     inverse = tf.math.invert_permutation(rows)
-    return tuple(tf.gather(tf.cond(empty, lambda d=d: tf.zeros([0, 0], d), a.concat), inverse)
-                 for a, d in zip(arrays, dtypes, strict=True))
+    return tuple(tf.gather(tf.cond(empty, lambda d=d, r=r: tf.zeros([0] * r, d), a.concat),
+                           inverse) for a, d, r in zip(arrays, dtypes, ranks, strict=True))
 
 
-def nbest_lists(ids, lengths, scores, count, k, detokenize):
+def nbest_lists(ids, lengths, scores, count, k, detokenize, token_log_probs=None,
+                pieces=None):
     """A chunk's n-best lists from a beam search: ids (B, beam, L), lengths and scores
     (B, beam), count (B,) the hypotheses each text asked for -> (translations (B, K)
     strings, scores (B, K) float32), "" and -inf beyond a text's count or where the
-    search holds no hypothesis (K wider than the beam, or fewer hypotheses found)."""
+    search holds no hypothesis (K wider than the beam, or fewer hypotheses found).
+
+    With the search's `token_log_probs` (B, beam, L) and `pieces` (a function of them
+    and ids, lengths (R, L), (R, L), (R,) -> (pieces (R, L) (ids, or strings), 0 or ""
+    after the end, log-probabilities (R, L))) it also returns (B, K, L) pieces and
+    log-probabilities, 0 / "" and 0 where the list holds no hypothesis."""
     batch, beam = tf.shape(ids)[0], tf.shape(ids)[1]
     kept = tf.minimum(beam, k)
     ids, lengths, scores = ids[:, :kept], lengths[:, :kept], scores[:, :kept]
     columns = tf.shape(ids)[2]
-    text = tf.reshape(detokenize(tf.reshape(ids, [-1, columns]), tf.reshape(lengths, [-1])),
-                      [batch, kept])
+    flat_ids, flat_lengths = tf.reshape(ids, [-1, columns]), tf.reshape(lengths, [-1])
+    text = tf.reshape(detokenize(flat_ids, flat_lengths), [batch, kept])
     pad = [[0, 0], [0, k - kept]]
     text, scores = tf.pad(text, pad), tf.pad(scores, pad, constant_values=NEG_INF)
     real = (tf.range(k)[None, :] < count[:, None]) & (scores > NEG_INF / 2)
-    return (tf.where(real, text, ""),
-            tf.where(real, scores, tf.constant(-float("inf"), tf.float32)))
+    lists = (tf.where(real, text, ""),
+             tf.where(real, scores, tf.constant(-float("inf"), tf.float32)))
+    if token_log_probs is None:
+        return lists
+    words, values = pieces(flat_ids, tf.reshape(token_log_probs[:, :kept], [-1, columns]),
+                           flat_lengths)
+    pad3 = [[0, 0], [0, k - kept], [0, 0]]
+    words = tf.pad(tf.reshape(words, [batch, kept, columns]), pad3)
+    values = tf.pad(tf.reshape(values, [batch, kept, columns]), pad3)
+    return (*lists, tf.where(real[..., None], words, tf.zeros_like(words)),
+            tf.where(real[..., None], values, 0.0))
 
 
-def with_blank_rows(blank, translations, scores, k):
+def with_blank_rows(blank, translations, scores, k, *per_token):
     """(A, K) n-best lists of the A non-blank texts -> (N, K) for all N texts: a blank
-    text's list is the empty translation with score 0, then "" / -inf."""
+    text's list is the empty translation with score 0, then "" / -inf. Each of
+    `per_token` ((A, K, T) pieces or log-probabilities) gets 0 / "" rows for them."""
     index = tf.where(blank, tf.shape(translations, out_type=tf.int64)[0],
                      tf.cumsum(tf.cast(~blank, tf.int64)) - 1)
     first = tf.range(k) == 0
@@ -136,7 +155,12 @@ def with_blank_rows(blank, translations, scores, k):
     empty_score = tf.where(first, 0.0, -float("inf"))[None, :]
     translations = tf.concat([tf.reshape(translations, [-1, k]), empty_text], axis=0)
     scores = tf.concat([tf.reshape(scores, [-1, k]), empty_score], axis=0)
-    return tf.gather(translations, index), tf.gather(scores, index)
+    extra = []
+    for values in per_token:
+        columns = tf.shape(values)[2]
+        values = tf.reshape(values, [-1, k, columns])
+        extra.append(tf.gather(tf.concat([values, tf.zeros_like(values[:1])], axis=0), index))
+    return (tf.gather(translations, index), tf.gather(scores, index), *extra)
 
 
 def repetition_controls(no_repeat_ngram_size, repetition_penalty, size):
@@ -201,8 +225,11 @@ def chunk_steering(ngram, penalty, prefix, constraints=None):
                     tf.cast(prefix.row_lengths(), tf.int32), tokens, continues)
 
 
-def steered_lists(search, first_pieces, source, steering, count, k, detokenize):
-    """One chunk's n-best lists (translations (B, K), scores (B, K)) by one beam search.
+def steered_lists(search, first_pieces, source, steering, count, k, detokenize,
+                  pieces=None):
+    """One chunk's n-best lists (translations (B, K), scores (B, K)) by one beam search;
+    with `pieces` (:func:`nbest_lists`) also each hypothesis' pieces and their
+    log-probabilities ((B, K, L), "" / 0 after its end and for empty cells).
 
     A text without a prefix, or asking for one hypothesis, gets its beam's n-best list
     (:func:`nbest_lists`). A text with a prefix and `count` > 1 gets the alternatives
@@ -213,7 +240,8 @@ def steered_lists(search, first_pieces, source, steering, count, k, detokenize):
     other texts, and its best hypothesis is one entry of the list.
 
     `search(source, steering)` runs the beam search of the chunk's options on rows of
-    `source` and returns (ids (R, beam, L) vocabulary ids, lengths, scores (R, beam)).
+    `source` and returns (ids (R, beam, L) vocabulary ids, lengths, scores (R, beam)),
+    with `pieces` also token log-probabilities (R, beam, L).
     """
     batch = tf.shape(source)[0]
     alternative = (steering.prefix_lengths > 0) & (count > 1)
@@ -235,10 +263,11 @@ def steered_lists(search, first_pieces, source, steering, count, k, detokenize):
         steer = steer._replace(
             constraints=tf.gather(steering.constraints, rows),
             constraint_continues=tf.gather(steering.constraint_continues, rows))
-    ids, lengths, scores = search(tf.gather(source, rows), steer)
+    ids, lengths, scores, *token_lps = search(tf.gather(source, rows), steer)
     n = tf.size(plain)
-    lists, list_scores = nbest_lists(ids[:n], lengths[:n], scores[:n],
-                                     tf.gather(count, plain), k, detokenize)
+    lists, list_scores, *per_token = nbest_lists(
+        ids[:n], lengths[:n], scores[:n], tf.gather(count, plain), k, detokenize,
+        *(token_lps[0][:n], pieces) if pieces else ())
     best = detokenize(ids[n:, 0], lengths[n:, 0])
     # (B, K) index into [the plain lists' cells, the alternatives' best, an empty cell]
     cells = n * k + tf.size(texts)
@@ -250,4 +279,11 @@ def steered_lists(search, first_pieces, source, steering, count, k, detokenize):
                                         n * k + tf.range(tf.size(texts)))
     text = tf.concat([tf.reshape(lists, [-1]), best, [""]], axis=0)
     score = tf.concat([tf.reshape(list_scores, [-1]), scores[n:, 0], [-float("inf")]], axis=0)
-    return tf.gather(text, index), tf.gather(score, index)
+    if not pieces:
+        return tf.gather(text, index), tf.gather(score, index)
+    columns = tf.shape(ids)[2]
+    best_pieces = pieces(ids[n:, 0], token_lps[0][n:, 0], lengths[n:, 0])
+    cells = [tf.gather(tf.concat([tf.reshape(listed, [-1, columns]), alternative,
+                                  tf.zeros_like(alternative[:1])], axis=0), index)
+             for listed, alternative in zip(per_token, best_pieces, strict=True)]
+    return (tf.gather(text, index), tf.gather(score, index), *cells)

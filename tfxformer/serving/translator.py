@@ -19,7 +19,7 @@ from tfxformer.decoding.sampling import fold_seed, seed_key
 from tfxformer.decoding.scoring import score_ragged
 from tfxformer.decoding.shortlist import check_table, shortlist_ids
 from tfxformer.decoding.steering import Steering, next_logits, steer_logits
-from tfxformer.ids import EOS_ID
+from tfxformer.ids import EOS_ID, PAD_ID
 from tfxformer.serving import steering
 from tfxformer.serving.compiled import CompiledSearch
 
@@ -252,7 +252,7 @@ class Translator(tf.Module):
 
     def nbest(self, text, beam_size, alpha, extra_length, max_input_tokens, num_hypotheses,
               no_repeat_ngram_size=0, repetition_penalty=1.0, target_prefix="",
-              constraints="", target_language=None):
+              constraints="", target_language=None, token_scores=True):
         """The graph behind `translate_nbest`: each text's `num_hypotheses` best
         translations by beam search, every option one value per text ((N,) tensors, or
         scalars for all; docs/steering.md).
@@ -269,16 +269,21 @@ class Translator(tf.Module):
         `constraints` ("": none) are phrases separated by TAB, each read as a text is:
         every hypothesis that ends before its output limit holds each phrase's pieces
         (:mod:`tfxformer.decoding.constraints`); the last phrases are left out where a
-        text's would exceed its output limit less one piece.
+        text's would exceed its output limit less one piece. `token_scores` (a Python
+        bool; True for the signature): also each hypothesis' pieces and their
+        log-probabilities (False: the graph without them, e.g. for reranking).
 
         Returns:
             {"translations": (N, K) tf.string, best first, "scores": (N, K) float32 (as
             :meth:`translate`'s `score`), "truncated": (N,) bool, "warning": (N,)
             tf.string, "" or what was changed in a text's request (a prefix cut to the
-            output limit, or ignored; constraints cut or ignored)}, K the largest
-            `num_hypotheses`; beyond a text's
+            output limit, or ignored; constraints cut or ignored), "tokens": (N, K, T)
+            tf.string each hypothesis' SentencePiece pieces (EOS "</s>"), "" after them,
+            "token_log_probs": (N, K, T) float32 each piece's log-probability under the
+            (steered) distribution the search used, 0 after them, summing to score ×
+            length normalizer}, K the largest `num_hypotheses`; beyond a text's
             own count (or where the search found fewer hypotheses) "" with score -inf; a
-            blank text's list is "" with score 0.
+            blank text's list is "" with score 0 (no pieces).
         """
         text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
         text, tag_pieces = self._with_language(text, target_language)
@@ -317,7 +322,7 @@ class Translator(tf.Module):
                      tf.gather(phrases, rows).flat_values], axis=0))
 
             def search(source, steer):
-                return self._steered_search(source, first, steer, shortlist)
+                return self._steered_search(source, first, steer, shortlist, token_scores)
 
             def first_pieces(rows, k):
                 return self._first_pieces(tf.gather(source, rows), tf.gather(steer.prefix, rows),
@@ -328,15 +333,51 @@ class Translator(tf.Module):
             def detokenize(ids, lengths):
                 return self.detokenize(ids, lengths, tokenizer)
 
-            return steering.steered_lists(search, first_pieces, source, steer,
-                                          tf.gather(count, rows), k, detokenize)
+            def token_pieces(ids, values, lengths):
+                return self._token_pieces(ids, values, lengths)
 
-        translations, scores = steering.decode_grouped(
-            keys, tf.cast(pieces.row_lengths(), tf.int32), self.max_batch_size, decode,
-            (tf.string, tf.float32))
-        translations, scores = steering.with_blank_rows(blank, translations, scores, k)
+            if not token_scores:
+                return steering.steered_lists(search, first_pieces, source, steer,
+                                              tf.gather(count, rows), k, detokenize)
+            *lists, words, values = steering.steered_lists(
+                search, first_pieces, source, steer, tf.gather(count, rows), k, detokenize,
+                token_pieces)
+            # every chunk's columns alike (decode_grouped concatenates them)
+            pad = [[0, 0], [0, 0], [0, self.max_output_tokens - tf.shape(words)[2]]]
+            return (*lists, tf.pad(words, pad), tf.pad(values, pad))
+
+        lengths = tf.cast(pieces.row_lengths(), tf.int32)
+        if not token_scores:
+            lists = steering.decode_grouped(keys, lengths, self.max_batch_size, decode,
+                                            (tf.string, tf.float32))
+            translations, scores = steering.with_blank_rows(blank, *lists, k)
+            return {"translations": translations, "scores": scores, "truncated": truncated,
+                    "warning": warning}
+        lists = steering.decode_grouped(
+            keys, lengths, self.max_batch_size, decode,
+            (tf.string, tf.float32, tf.int32, tf.float32), ranks=(2, 2, 3, 3))
+        translations, scores, ids, values = steering.with_blank_rows(blank, *lists[:2], k,
+                                                                     *lists[2:])
+        used = tf.reduce_max(tf.concat([tf.reshape(tf.reduce_sum(
+            tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=2), [-1]), [0]], axis=0))
+        ids = ids[:, :, :used]  # the pieces' strings only of the columns in use
+        words = tf.where(tf.equal(ids, EOS_ID), "</s>", tokenizer.id_to_string(ids))
         return {"translations": translations, "scores": scores, "truncated": truncated,
-                "warning": warning}
+                "warning": warning, "tokens": tf.where(tf.equal(ids, PAD_ID), "", words),
+                "token_log_probs": values[:, :, :used]}
+
+    def _token_pieces(self, ids, values, lengths):
+        """Hypotheses' ids (R, L), token log-probabilities (R, L) and lengths (R,) ->
+        (their ids (R, L), PAD after the end; their log-probabilities, 0 after the end),
+        in reading order (a right-to-left model's, `reverse_target`, put back as
+        :meth:`detokenize` does, its EOS last)."""
+        if self.reverse_target:
+            last = tf.gather(ids, tf.maximum(lengths - 1, 0), batch_dims=1)
+            text = lengths - tf.cast((lengths > 0) & tf.equal(last, EOS_ID), lengths.dtype)
+            ids = tf.reverse_sequence(ids, text, seq_axis=1, batch_axis=0)
+            values = tf.reverse_sequence(values, text, seq_axis=1, batch_axis=0)
+        real = tf.range(tf.shape(ids)[1])[None, :] < tf.cast(lengths, tf.int32)[:, None]
+        return tf.where(real, tf.cast(ids, tf.int32), PAD_ID), tf.where(real, values, 0.0)
 
     def _prefixes(self, target_prefix, size, tokenizer, limit, blank):
         """(N,) prefixes -> ((N, None) ragged pieces cut to `limit` (N,), (N,) warnings):
@@ -385,10 +426,10 @@ class Translator(tf.Module):
                  (has & blank, "blank text: constraints ignored")]
         return phrases, _with_notes(warning, notes)
 
-    def _steered_search(self, source, first, steer, shortlist):
+    def _steered_search(self, source, first, steer, shortlist, token_scores=True):
         """Beam search of rows of one chunk of :meth:`nbest` with the Steering `steer` (its
         prefixes in vocabulary ids) -> (ids (R, beam, L) vocabulary ids, lengths, scores
-        (R, beam))."""
+        (R, beam)[, with `token_scores` token log-probabilities (R, beam, L)])."""
         if shortlist is not None:  # the search's columns (PAD is column 0 too)
             steer = steer._replace(prefix=_columns(shortlist, steer.prefix),
                                    constraints=_columns(shortlist, steer.constraints))
@@ -396,8 +437,10 @@ class Translator(tf.Module):
                           first["extra_length"], self.max_output_tokens, shortlist=shortlist,
                           stopping=self.options.stopping,
                           length_normalization=self.options.length_normalization,
-                          steering=steer)
-        return out.ids, out.lengths, out.scores
+                          steering=steer, token_log_probs=token_scores)
+        if not token_scores:
+            return out.ids, out.lengths, out.scores
+        return out.ids, out.lengths, out.scores, out.token_log_probs
 
     def _first_pieces(self, source, prefix, lengths, ngram, penalty, k, shortlist):
         """The `k` most probable pieces after each prefix, EOS left out, by one
