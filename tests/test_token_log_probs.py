@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
-from conftest import tiny_export_translator
+from conftest import TINY_EXPORT_OPTIONS, tiny_export_translator
 from test_serving import run_script
 from test_steering import SOURCES, nbest_inputs
 
@@ -15,6 +15,7 @@ from tfxformer.decoding import beam_search, score_targets
 from tfxformer.decoding.beam_search import length_normalizer
 from tfxformer.decoding.steering import make_steering
 from tfxformer.ids import EOS_ID
+from tfxformer.serving import Translator
 from tfxformer.serving.nbest import Hypothesis, moses_lines
 
 VOCAB = 40
@@ -178,3 +179,21 @@ def test_translate_script_writes_token_scores(tiny_export, translator):
                                    atol=2e-6)
         normalizer = ((5.0 + len(pieces)) / 6.0) ** 0.6 if pieces else 1.0
         np.testing.assert_allclose(values.sum(), float(row[2]) * normalizer, atol=1e-3)
+
+
+@pytest.mark.slow  # traces translate_nbest once more
+def test_right_to_left_pieces_are_in_reading_order(tiny_export, spm_model, processor):
+    """A right-to-left model's (`reverse_target`) pieces come in reading order, each with
+    its own log-probability, an EOS last: they read as the translation and add up."""
+    rtl = Translator(Transformer.from_preset(tiny_export), spm_model, reverse_target=True,
+                     **TINY_EXPORT_OPTIONS)
+    out = rtl.translate_nbest(tf.constant(SOURCES[:2]), **nbest_inputs(2, num_hypotheses=2))
+    for i in range(2):
+        for j in range(2):
+            pieces = [w.decode("utf-8") for w in out["tokens"].numpy()[i, j] if w]
+            assert "</s>" not in pieces[:-1]  # last where it ended (else at its limit)
+            assert processor.decode_pieces([p for p in pieces if p != "</s>"]) == \
+                out["translations"].numpy()[i, j].decode("utf-8")
+            normalizer = ((5.0 + len(pieces)) / 6.0) ** 0.6
+            np.testing.assert_allclose(out["token_log_probs"].numpy()[i, j].sum(),
+                                       out["scores"].numpy()[i, j] * normalizer, atol=1e-4)
