@@ -72,11 +72,12 @@ blocks run exactly as written):
 - distill.py: `--limit` at most 40 (40 when absent: the first 40 training pairs).
 - domain_adaptation.py: `--val` at most 20, `--test` at most 8 (so when absent): the
   evaluations of the Tatoeba split translate 8 sentences, not 2,000.
-What is not rewritten costs what it costs: an export of a shipped model takes ~30 s of CPU,
-a process that loads one and translates ~15 s, the README's tiny training with its export
-~60 s, even at 2 steps (tracing the step and the translator). The budget of this file is
-~40 s in the fast tier and ~150 s in all (2 cores), so pages mark exports slow or skip them
-with the test that checks their claim.
+What is not rewritten costs what it costs: an export of a shipped model takes ~20 s of CPU,
+a forked process that loads one and translates ~6 s, the README's tiny training ~40 s,
+even at 2 steps (tracing the step and the translator). The whole file, all pages, is about
+10 CPU-minutes (each case prints its steps' wall and CPU seconds with `-s`), the largest
+file of the suite (bench/README.md, "Test suite"): a new page's commands should share an
+export another page makes (the same command runs once) rather than make their own.
 """
 
 import concurrent.futures
