@@ -205,7 +205,8 @@ def test_an_export_without_the_input_refuses_constraints_only():
                              "saved_model", (), options)
     nbest = NBestFn(opened, options, 1)
     assert not nbest.takes_constraints
-    assert nbest(["A dog runs."]) == [[("A dog runs.", 0.0)]]
+    assert [[(h.text, h.score) for h in hypotheses] for hypotheses in nbest(["A dog runs."])] \
+        == [[("A dog runs.", 0.0)]]
     with pytest.raises(ValueError, match="re-export"):
         nbest([Line("A dog runs.", "", ["Hund"])])
 

@@ -153,7 +153,8 @@ def test_a_shortlist_of_the_whole_vocabulary_changes_nothing(model, static_cache
         listed = decode(model, SOURCE, extra_length=3, static_cache=static_cache,
                         shortlist=everything, **kwargs)
         for a, b in zip(full, listed, strict=True):
-            np.testing.assert_array_equal(a.numpy(), b.numpy())
+            if a is not None:  # token_log_probs, not asked for
+                np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_a_whole_vocabulary_shortlist_changes_nothing_in_bfloat16():
@@ -165,7 +166,8 @@ def test_a_whole_vocabulary_shortlist_changes_nothing_in_bfloat16():
     full = beam_search(model, SOURCE, beam_size=2, extra_length=4)
     listed = beam_search(model, SOURCE, beam_size=2, extra_length=4, shortlist=range(VOCAB))
     for a, b in zip(full, listed, strict=True):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        if a is not None:  # token_log_probs, not asked for
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def _masked_start(model, source, beams, allowed):
