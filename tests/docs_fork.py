@@ -139,6 +139,8 @@ def serve(path):
         try:
             request, fds = _receive(conn, 3)
             if len(fds) != 3 or _import_time_env(request["env"]) != own:
+                for fd in fds:  # the caller's streams: held open, its pipes never end
+                    os.close(fd)
                 _send(conn, {"fallback": True})
                 continue
             sys.stdout.flush()
