@@ -223,23 +223,30 @@ class Steered:
         return self.nbest.describe()
 
 
+def paired(lines, path, flag, what):
+    """(line, the next line of file `path` without its line end) for each input line;
+    exits with an error naming `flag` if the two counts differ (`what`: one line of the
+    file, for the message)."""
+    number = 0
+    with open(path, "rb") as f:
+        for number, line in enumerate(lines, 1):
+            value = f.readline()
+            if not value:
+                sys.exit(f"translate.py: error: {flag} {path!r} has {number - 1} lines; the "
+                         f"input has more: give {what} (or an empty line) per input line.")
+            yield line, value.rstrip(b"\r\n")
+        if f.readline():
+            sys.exit(f"translate.py: error: {flag} {path!r} has more lines than the input "
+                     f"({number}).")
+
+
 def with_prefixes(lines, path):
     """The input lines paired with the lines of the prefix file `path`
     (:class:`tfxformer.serving.nbest.Line`); exits with an error if the counts differ."""
     from tfxformer.serving.nbest import Line
 
-    number = 0
-    with open(path, "rb") as f:
-        for number, line in enumerate(lines, 1):
-            prefix = f.readline()
-            if not prefix:
-                sys.exit(f"translate.py: error: --target-prefix-file {path!r} has "
-                         f"{number - 1} lines; the input has more: give one prefix (or an "
-                         "empty line) per input line.")
-            yield Line(line, prefix.rstrip(b"\r\n"))
-        if f.readline():
-            sys.exit(f"translate.py: error: --target-prefix-file {path!r} has more lines "
-                     f"than the input ({number}).")
+    for line, prefix in paired(lines, path, "--target-prefix-file", "one prefix"):
+        yield Line(line, prefix)
 
 
 def with_constraints(lines, path):
@@ -248,22 +255,11 @@ def with_constraints(lines, path):
     counts differ."""
     from tfxformer.serving.nbest import Line
 
-    number = 0
-    with open(path, "rb") as f:
-        for number, line in enumerate(lines, 1):
-            phrases = f.readline()
-            if not phrases:
-                sys.exit(f"translate.py: error: --constraints-file {path!r} has "
-                         f"{number - 1} lines; the input has more: give one line of phrases "
-                         "(or an empty line) per input line.")
-            phrases = phrases.rstrip(b"\r\n")
-            if isinstance(line, Line):
-                yield Line(line.text, line.prefix, phrases)
-            else:
-                yield Line(line, "", phrases)
-        if f.readline():
-            sys.exit(f"translate.py: error: --constraints-file {path!r} has more lines than "
-                     f"the input ({number}).")
+    for line, phrases in paired(lines, path, "--constraints-file", "one line of phrases"):
+        if isinstance(line, Line):
+            yield Line(line.text, line.prefix, phrases)
+        else:
+            yield Line(line, "", phrases)
 
 
 def load(args):

@@ -170,8 +170,8 @@ def select(log_probs, alive_log_probs, state, constraints, continues, ended_fn, 
     is_eos = tf.equal(tf.range(vocab), eos_id)[None, None, :]
     total = tf.where(unmet[..., None] & is_eos, NEG_INF, log_probs) + alive_log_probs[..., None]
     beams, tokens, offered = _candidates(total, state, constraints, continues)
-    scores = tf.gather(tf.reshape(total, [batch, -1]), beams * vocab + tokens, batch_dims=1)
-    key = beams * vocab + tokens
+    key = beams * vocab + tokens  # the candidate's index among the K·V extensions
+    scores = tf.gather(tf.reshape(total, [batch, -1]), key, batch_dims=1)
     count = tf.shape(key)[1]
     earlier = tf.range(count)[None, :] < tf.range(count)[:, None]
     repeated = tf.reduce_any(tf.equal(key[:, :, None], key[:, None, :]) & earlier[None]

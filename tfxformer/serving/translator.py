@@ -333,15 +333,12 @@ class Translator(tf.Module):
             def detokenize(ids, lengths):
                 return self.detokenize(ids, lengths, tokenizer)
 
-            def token_pieces(ids, values, lengths):
-                return self._token_pieces(ids, values, lengths)
-
             if not token_scores:
                 return steering.steered_lists(search, first_pieces, source, steer,
                                               tf.gather(count, rows), k, detokenize)
             *lists, words, values = steering.steered_lists(
                 search, first_pieces, source, steer, tf.gather(count, rows), k, detokenize,
-                token_pieces)
+                self._token_pieces)
             # every chunk's columns alike (decode_grouped concatenates them)
             pad = [[0, 0], [0, 0], [0, self.max_output_tokens - tf.shape(words)[2]]]
             return (*lists, tf.pad(words, pad), tf.pad(values, pad))
@@ -372,8 +369,7 @@ class Translator(tf.Module):
         in reading order (a right-to-left model's, `reverse_target`, put back as
         :meth:`detokenize` does, its EOS last)."""
         if self.reverse_target:
-            last = tf.gather(ids, tf.maximum(lengths - 1, 0), batch_dims=1)
-            text = lengths - tf.cast((lengths > 0) & tf.equal(last, EOS_ID), lengths.dtype)
+            text = _without_eos(ids, lengths)
             ids = tf.reverse_sequence(ids, text, seq_axis=1, batch_axis=0)
             values = tf.reverse_sequence(values, text, seq_axis=1, batch_axis=0)
         real = tf.range(tf.shape(ids)[1])[None, :] < tf.cast(lengths, tf.int32)[:, None]
@@ -571,8 +567,7 @@ class Translator(tf.Module):
         """(B, L) ids with (B,) lengths counting a final EOS -> (B,) UTF-8 strings; a
         right-to-left model's pieces (`reverse_target`) put back in reading order first."""
         tokenizer = tokenizer or self.make_tokenizer()
-        last = tf.gather(ids, tf.maximum(lengths - 1, 0), batch_dims=1)
-        lengths = lengths - tf.cast((lengths > 0) & tf.equal(last, EOS_ID), lengths.dtype)
+        lengths = _without_eos(ids, lengths)
         if self.reverse_target:
             ids = tf.reverse_sequence(ids, lengths, seq_axis=1, batch_axis=0)
         text = tokenizer.detokenize(tf.RaggedTensor.from_tensor(ids, lengths=lengths))
@@ -723,6 +718,12 @@ class Translator(tf.Module):
         if self.compiled_search is None or shortlist is not None:
             return graph()
         return self.compiled_search.or_else(source, options, graph)
+
+
+def _without_eos(ids, lengths):
+    """(B,) the lengths of the (B, L) `ids` rows without a final EOS."""
+    last = tf.gather(ids, tf.maximum(lengths - 1, 0), batch_dims=1)
+    return lengths - tf.cast((lengths > 0) & tf.equal(last, EOS_ID), lengths.dtype)
 
 
 def _with_notes(warning, notes):
