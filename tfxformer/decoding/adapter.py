@@ -60,6 +60,8 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
     With a growing cache the step is the model's `lean_step(L, rows)` (the same logits in fewer
     ops: weights read once, 2-D rows; :meth:`tfxformer.Transformer.lean_step`) unless
     `lean=False` or the model has none (it returns None); otherwise `model.decode_step`.
+    The prefill function (a forced target prefix in one pass) is `model.decode_step` on
+    one row per sentence, into the same cache layout.
     """
     source_ids = tf.convert_to_tensor(source_ids)
     memory, source_mask = model.encode(source_ids)
@@ -101,5 +103,20 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
             ids = tf.gather(shortlist, ids)  # shortlist columns -> vocabulary ids
         return decode(ids, index, self_cache, context)
 
-    return DecodeStart(step_fn, [c["self"] for c in cache], context, limits, length)
+    def prefill_fn(ids, index, self_cache, context):
+        """t tokens of each sentence (one row each, beams=1) at once: `decode_step`."""
+        if shortlist is not None:
+            ids = tf.gather(shortlist, ids)
+        source_mask = context.get("source_mask")
+        if source_mask is None:
+            source_mask = context["cross_mask"][:, 0, 0, :]  # (B, S)
+        layers = [{"self": s, "cross": c}
+                  for s, c in zip(self_cache, context["memory"], strict=True)]
+        logits, layers = model.decode_step(ids, source_mask, layers, index,
+                                           static_cache=static_cache, beams=1,
+                                           logit_rows=logit_rows)
+        return logits, [c["self"] for c in layers]
+
+    return DecodeStart(step_fn, [c["self"] for c in cache], context, limits, length,
+                       prefill_fn)
 

@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from tfxformer import checks
 from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES
-from tfxformer.decoding import common, constraints, topk
+from tfxformer.decoding import common, constraints, prefill, topk
 from tfxformer.decoding.common import NEG_INF, DecodeStart
 from tfxformer.decoding.ensemble import decoder
 from tfxformer.decoding.shortlist import to_vocabulary
@@ -59,7 +59,8 @@ class BeamSearchOutput(NamedTuple):
     """N-best lists, best first: ids (B, K, L) int32 (EOS then PAD 0 after each
     hypothesis), lengths (B, K) tokens including the EOS, scores (B, K) float32
     log P(Y | X) / lp(Y); steps (B,) int32 the decoder steps each sentence ran (it left
-    the batch after them; with a static cache every sentence runs the loop's steps);
+    the batch after them; with a static cache every sentence runs the loop's steps; the
+    columns of a prefix decoded in one pass count as steps);
     token_log_probs (B, K, L) float32 when asked for (`token_log_probs=True`, else None):
     the log-probability of each token under the distribution the search used (steered,
     a prefix forced), 0 after each hypothesis' end, so a row sums to log P(Y | X) =
@@ -162,7 +163,7 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
                          bos_id=BOS_ID, static_cache=False, *,
                          stopping=common.DEFAULTS.stopping,
                          length_normalization=common.DEFAULTS.length_normalization,
-                         steering=None, token_log_probs=False):
+                         steering=None, token_log_probs=False, prefill_prefix=True):
     """Beam search with the GNMT length penalty on a step function (§6.1).
 
     Runs inside one `tf.while_loop` (graph-safe; with `static_cache=True` and a Python
@@ -195,21 +196,29 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
         token_log_probs: a Python bool; True also returns each token's log-probability
             (tracked with the hypotheses: one (B', K, L) float array more in the loop);
             False (the default) builds the same graph as before.
+        prefill_prefix: a Python bool; True (the default): the prefix columns every
+            sentence of the batch forces are decoded in one teacher-forced pass before
+            the loop when `start` has a prefill function (:mod:`tfxformer.decoding.prefill`;
+            the same output as forcing them step by step, scores to float rounding);
+            False forces each prefix token in a step of its own.
 
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K),
-        steps (B,), token_log_probs (B, K, L) or None).
+        steps (B,) (prefilled columns counted), token_log_probs (B, K, L) or None).
     """
     beam_size, alpha = _check_options(beam_size, alpha)
+    eos = common.check_ids(eos_id, pad_id, bos_id)
     search = BeamSearchLoop(start.step_fn, beam_size, alpha,
-                            common.check_ids(eos_id, pad_id, bos_id), pad_id, bos_id,
-                            stopping, length_normalization)
+                            eos, pad_id, bos_id, stopping, length_normalization)
     batch = tf.shape(start.limits)[0]
     state = search.initial_state(start, token_log_probs)._replace(
         steering=() if steering is None else steering)
     if has_constraints(steering):
         state = state._replace(constraint_state=constraints.initial_state(
             steering.constraints, beam_size))
+    if prefill_prefix and prefill.can_prefill(start, steering):
+        state = prefill.prefill(state, start, steering, beam_size, eos, pad_id, bos_id,
+                                static_cache)
     out = (tf.fill([batch, beam_size, start.output_columns], pad_id),
            tf.fill([batch, beam_size], NEG_INF), tf.zeros([batch], tf.int32),
            tf.zeros([batch, beam_size, start.output_columns]) if token_log_probs else ())
@@ -459,7 +468,7 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
                 max_output_length=None, static_cache=False, *, eos_id=EOS_ID, shortlist=None,
                 stopping=common.DEFAULTS.stopping,
                 length_normalization=common.DEFAULTS.length_normalization, steering=None,
-                token_log_probs=False):
+                token_log_probs=False, prefill_prefix=True):
     """Translates a batch with beam search and the GNMT length penalty (§6.1).
 
     :func:`transformer_decoder` (encode once; the key/value cache), or for several models
@@ -495,6 +504,9 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
             penalty, no-repeat n-gram size, a forced prefix in the search's columns).
         token_log_probs: a Python bool; True also returns each token's log-probability
             under the distribution the search used (:func:`sequence_beam_search`).
+        prefill_prefix: a Python bool; True (the default) decodes the prefix columns
+            every sentence forces in one pass before the search's loop, False one step
+            per prefix token (:func:`sequence_beam_search`; the same output).
 
     Returns:
         :class:`BeamSearchOutput` (ids (B, K, L), lengths (B, K), scores (B, K),
@@ -514,7 +526,7 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
     out = sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,
                                static_cache=static_cache, stopping=stopping,
                                length_normalization=length_normalization, steering=steering,
-                               token_log_probs=token_log_probs)
+                               token_log_probs=token_log_probs, prefill_prefix=prefill_prefix)
     if shortlist is None:
         return out
     return out._replace(ids=to_vocabulary(out.ids, shortlist))

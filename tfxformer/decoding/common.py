@@ -18,6 +18,11 @@ and tf-models' `SequenceBeamSearch(symbols_to_logits_fn, ...)`), not on a model:
 With a vocabulary shortlist (:mod:`tfxformer.decoding.shortlist`) V is the shortlist's
 length and the ids are its columns; the special ids 0..3 are the same in both.
 
+A model adapter may also give a *prefill function* (`DecodeStart.prefill_fn`), which
+decodes t given tokens of each sentence in one teacher-forced pass (the decoder reads them
+at once, as in training) into the same cache: beam search forces a target prefix with it
+(:mod:`tfxformer.decoding.prefill`).
+
 Finished sentences leave the batch (as CTranslate2 does): with a growing cache, each step
 gathers the rows of the sentences still running out of `cache`, `context`, the limits and
 the search state, and writes the results of the finished ones into full-size outputs at
@@ -56,6 +61,10 @@ class DecodeStart(NamedTuple):
     context: Any  # nest, leaves (B, ...): per sentence, read only
     limits: tf.Tensor  # (B,) int32 >= 1: output tokens allowed per sentence, EOS included
     output_columns: tf.Tensor  # () int32 >= every limit: the columns L of the output ids
+    # None, or (ids (B, t), index (), cache, context) -> (logits (B, t, V) float32, cache):
+    # t tokens of each sentence at positions index .. index + t - 1 at once, one row per
+    # sentence (cache leaves (B, ...)): a forced target prefix in one teacher-forced pass
+    prefill_fn: Callable | None = None
 
 
 def checked(tensor, assertion, message):

@@ -76,7 +76,8 @@ def ensemble_decoder(models, source_ids, beams=1, extra_length=DEFAULTS.extra_le
     ...)), so the searches reorder and shrink them as they do one model's. The step
     function returns (N, V) float32 log-probabilities (:func:`ensemble_log_probs`). The
     output limits are those of the smallest position table among the members (and
-    `max_output_length`); `shortlist` restricts every member to the same columns.
+    `max_output_length`); `shortlist` restricts every member to the same columns. The
+    prefill function (a forced prefix in one pass) averages the members' likewise.
 
     Raises:
         ValueError: fewer than one model, or vocabulary sizes that differ.
@@ -93,6 +94,15 @@ def ensemble_decoder(models, source_ids, beams=1, extra_length=DEFAULTS.extra_le
                    for start, c, x in zip(starts, cache, context, strict=True)]
         return ensemble_log_probs([logits for logits, _ in outputs]), [c for _, c in outputs]
 
+    def prefill_fn(ids, index, cache, context):
+        outputs = [start.prefill_fn(ids, index, c, x)
+                   for start, c, x in zip(starts, cache, context, strict=True)]
+        rows, columns = tf.shape(ids)[0], tf.shape(ids)[1]
+        log_probs = ensemble_log_probs([tf.reshape(logits, [rows * columns, -1])
+                                        for logits, _ in outputs])  # (B·t, V)
+        return (tf.reshape(log_probs, [rows, columns, tf.shape(log_probs)[-1]]),
+                [c for _, c in outputs])
+
     first = starts[0]
     return DecodeStart(step_fn, [s.cache for s in starts], [s.context for s in starts],
-                       first.limits, first.output_columns)
+                       first.limits, first.output_columns, prefill_fn)
