@@ -28,7 +28,9 @@ the K beams and never moved, except when finished sentences leave the batch.
 Terminology constraints (phrases every output must hold, in a
 :class:`tfxformer.decoding.steering.Steering`) change which candidates stay alive and may
 finish: :mod:`tfxformer.decoding.constraints` (dynamic beam allocation), run only when
-the batch has a constraint token.
+the batch has a constraint token. A forced target prefix: the prefix columns every sentence
+of the batch forces are decoded in one teacher-forced pass before the loop
+(:mod:`tfxformer.decoding.prefill`), the rest of a longer prefix one step per token.
 
 Shapes: B batch, B' sentences still running, K beam size, L output columns, V vocabulary.
 """

@@ -23,8 +23,11 @@ Not in the paper; CTranslate2's decoding options, with its semantics
 
 A :class:`Steering` holds them per sentence; the searches apply it at each step to the
 step function's logits (:func:`steer_logits`) and log-probabilities
-(:func:`force_prefix`). An ensemble's step function returns log-probabilities, which then
-play the logits' part. Without a Steering (None) a search runs as it always did.
+(:func:`force_prefix`); beam search decodes the prefix columns every sentence of a batch
+forces in one pass before its loop instead, with the same result
+(:mod:`tfxformer.decoding.prefill`). An ensemble's step function returns
+log-probabilities, which then play the logits' part. Without a Steering (None) a search
+runs as it always did.
 
 Shapes: B sentences, N rows of the step function (hypotheses), C output columns,
 P prefix columns, V vocabulary.
