@@ -18,7 +18,9 @@ m is the fewest prefix tokens in the batch (a runtime tensor), at most each sent
 output limit less one and stopping before an EOS inside a prefix. No prefill runs when
 m < :data:`MIN_COLUMNS` (one column costs what a step costs) or when the batch holds
 terminology constraints (their state follows each token:
-:mod:`tfxformer.decoding.constraints`); the search then runs as without it.
+:mod:`tfxformer.decoding.constraints`); the search then runs as without it. Nor is the
+pass kept when one of the m forced tokens is one the search may not write (the no-repeat
+n-gram rule bans it: the step-by-step search then writes another token there).
 
 With a growing cache the pass reads exactly the m columns; with a static cache (XLA:
 every shape fixed) it reads min(P, L - 1) columns (P the prefix tensor's, L the output
@@ -34,6 +36,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfxformer.decoding import common
+from tfxformer.decoding.common import NEG_INF
 from tfxformer.decoding.steering import Steering, has_constraints, steer_logits
 
 __all__ = ["MIN_COLUMNS", "forced_columns", "prefill"]
@@ -73,20 +76,27 @@ def prefill(state, start, steering: Steering, beam_size, eos_id, pad_id, bos_id,
     names = ["i", "alive_seq", "alive_log_probs", "cache"] + (
         ["alive_token_log_probs"] if tracks else [])
 
+    def before():
+        return [getattr(state, name) for name in names]
+
     def after():
         cache, token_lps, width = _pass(start, steering, m, beam_size, pad_id, bos_id,
                                         static_cache)
+        forced = tf.range(width)[None, :] < m
         seq = _write_columns(state.alive_seq, steering.prefix, m)
-        total = tf.reduce_sum(tf.where(tf.range(width)[None, :] < m, token_lps, 0.0), axis=1)
+        total = tf.reduce_sum(tf.where(forced, token_lps, 0.0), axis=1)
         # Only beam 0 is alive while a prefix is forced (the others stay NEG_INF).
         alive = tf.concat([total[:, None], state.alive_log_probs[:, 1:]], axis=1)
         values = dict(i=m, alive_seq=seq, alive_log_probs=alive, cache=cache)
         if tracks:
             values["alive_token_log_probs"] = _write_columns(state.alive_token_log_probs,
                                                              token_lps, m)
-        return [values[name] for name in names]
+        # A forced token the search may not write (banned by the no-repeat n-gram rule,
+        # PAD or BOS): the step-by-step search decides what it writes there instead.
+        writable = tf.reduce_all(~forced | (token_lps > NEG_INF / 2))
+        return tf.cond(writable, lambda: [values[name] for name in names], before)
 
-    out = tf.cond(run, after, lambda: [getattr(state, name) for name in names])
+    out = tf.cond(run, after, before)
     return state._replace(**dict(zip(names, out, strict=True)))
 
 
