@@ -12,6 +12,8 @@
         --shortlist 50,500                                # with a vocabulary shortlist
     python scripts/export.py --ensemble runs/base runs/base_seed2 \
         --export-dir saved_models/en_de_ensemble          # several models, one beam search
+    python scripts/export.py --model runs/base --export-dir /tmp/en_de \
+        --signatures serving_default translate_per_example   # only these two: loads leaner
     python scripts/export.py --model saved_models/multi30k_en_de --format ctranslate2 \
         --quantization int8 --export-dir ct2/en_de_int8   # a CTranslate2 model directory
 
@@ -43,6 +45,7 @@ from tfxformer.locate import ONE_MODEL, resolve
 from tfxformer.serving.compiled import DEFAULT_MAX_BATCH
 from tfxformer.serving.ctranslate2 import QUANTIZATIONS
 from tfxformer.serving.export import export_ensemble, export_run_dir, export_saved_model
+from tfxformer.serving.signatures import SIGNATURES, check_signatures
 
 DEFAULTS = DecodingOptions()
 # --rerank-weight names (tfxformer.serving.reranking: the search's, then per rescoring role).
@@ -53,7 +56,8 @@ FORMATS = ("saved_model", "ctranslate2")
 SAVED_MODEL_ONLY = {"--ensemble": None, "--precision": "fp32", "--shortlist": None,
                     "--shortlist-data": None, "--shortlist-max-pairs": None,
                     "--version": None, "--batch-threads": None,
-                    "--xla-max-batch": DEFAULT_MAX_BATCH, "--rerank-with": None}
+                    "--xla-max-batch": DEFAULT_MAX_BATCH, "--rerank-with": None,
+                    "--signatures": None}
 
 
 def build_parser():
@@ -169,6 +173,12 @@ def build_parser():
     parser.add_argument("--rerank-hypotheses", type=cli.int_at_least(1), metavar="K",
                         help="with --rerank-with: candidates per sentence (default: the beam "
                              "size; the beam is made at least this wide)")
+    parser.add_argument("--signatures", nargs="+", metavar="NAME",
+                        help="export only these signatures (serving_default always): a "
+                             "smaller graph that loads in less memory and time; a "
+                             "signature left out cannot be called on this export. "
+                             + "; ".join(f"{name}: {what}" for name, what in SIGNATURES.items())
+                             + " (default: all)")
     parser.add_argument("--xla-max-batch", type=int, default=DEFAULT_MAX_BATCH, metavar="N",
                         help="chunks of at most N sentences run an XLA-compiled beam "
                              "search, several times faster per sentence (1: for interactive "
@@ -246,6 +256,7 @@ def export(args):
                     max_output_tokens=args.max_output_tokens)
     options = {name: value for name, value in decoding.items() if value is not None}
     options.update(max_batch_size=args.batch_size)
+    check_signatures(args.signatures)  # before any model is loaded
     if args.format == "ctranslate2":
         return export_ctranslate2(args, options)
     if args.shortlist is None and (args.shortlist_data or args.shortlist_max_pairs):
@@ -258,7 +269,7 @@ def export(args):
                    shortlist_max_pairs=args.shortlist_max_pairs)
     if args.xla_max_batch < 0:
         raise ValueError(f"--xla-max-batch must be >= 0 (0: off), got {args.xla_max_batch}.")
-    options.update(xla_max_batch=args.xla_max_batch)
+    options.update(xla_max_batch=args.xla_max_batch, signatures=args.signatures)
     if args.rerank_with is not None:
         return export_reranked(args, options)
     if args.rerank_weight or args.rerank_hypotheses:

@@ -65,9 +65,10 @@ RECORD_KEYS = {
 # "ensemble": one entry per model of an ensemble export (its source, vocabulary, model);
 # "precision_reason": why `--precision auto` chose its precision; "xla_max_batch": the
 # largest chunk of the XLA-compiled search (tfxformer.serving.compiled; 0 off); "rerank":
-# a reranking export's weights and rescoring models (tfxformer.serving.reranking).
+# a reranking export's weights and rescoring models (tfxformer.serving.reranking);
+# "signatures": the signatures it holds (scripts/export.py --signatures).
 _EXPORT_KEYS = ("decoding", "precision", "compute_dtype", "shortlist", "ensemble",
-                "precision_reason", "xla_max_batch", "rerank")
+                "precision_reason", "xla_max_batch", "rerank", "signatures")
 # Entries of the record that must match for a run dir to be resumed by a new command.
 _MUST_MATCH = ("model", "src", "tgt", "vocabulary_sha256")
 _CORRUPT = (tf.errors.OpError, IndexError, OSError)  # a truncated .data raises IndexError

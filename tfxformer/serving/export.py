@@ -21,6 +21,9 @@ truncated bool):
         (N,)), token_log_probs (float32 (N, T)), length (int32 (N,)), truncated (bool):
         log P(target | text), teacher-forced (:meth:`Translator.score_pairs`).
 A multilingual export's signatures take `target_language` (tf.string, [None]) too.
+`signatures` (`scripts/export.py --signatures`) exports only some of them, always with
+serving_default: a smaller graph that loads in less memory and time; config.json lists
+the ones an export holds (`signatures`).
 Beam search's stopping rule and length normalization (`stopping`, `length_normalization`
 of :class:`tfxformer.config.DecodingOptions`) are fixed at export for every signature.
 Assets: `spm.model` (SentencePiece) and `config.json` (run config + decoding options,
@@ -61,8 +64,10 @@ from tfxformer.locate import saved_model_versions
 from tfxformer.models.transformer import Transformer
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 from tfxformer.serving.compiled import DEFAULT_MAX_BATCH
+from tfxformer.serving.signatures import check_signatures
 from tfxformer.serving.translator import make_translator
 from tfxformer.serving.warmup import (
+    BATCHABLE_SIGNATURES,
     warmup_requests,
     write_batching_parameters,
     write_warmup_records,
@@ -116,17 +121,18 @@ def export_precision(precision):
     return chosen, f"auto: {why}"
 
 
-def _asset_config(translator, config, precision_reason=None):
+def _asset_config(translator, config, precision_reason=None, signatures=None):
     """The config.json asset: the run record `config` (a :class:`RunRecord`, a dict of
-    its entries, or None) with the translator's model, decoding options, precision and
-    shortlist (each set anew, so a re-export never keeps a stale one), and none of the
-    training machine's paths (:func:`_portable`)."""
+    its entries, or None) with the translator's model, decoding options, precision,
+    shortlist and exported `signatures` (each set anew, so a re-export never keeps a stale
+    one), and none of the training machine's paths (:func:`_portable`)."""
     given = config.to_dict() if isinstance(config, RunRecord) else dict(config or {})
     model = translator.models[0]
     record = _portable(RunRecord.from_dict({**given, "model": model.model_config.to_dict()}))
     export = dict(precision=_PRECISION_OF_DTYPE.get(model.compute_dtype, model.compute_dtype),
                   compute_dtype=model.compute_dtype, shortlist=translator.shortlist_info,
-                  xla_max_batch=translator.xla_max_batch)
+                  xla_max_batch=translator.xla_max_batch,
+                  signatures=list(check_signatures(signatures)))
     if precision_reason is not None:
         export["precision_reason"] = precision_reason
     if len(translator.models) > 1:
@@ -146,7 +152,7 @@ def _ensemble_record(translator, sources):
 
 
 def export_translator(translator, export_dir, config=None, version=None,
-                      num_batch_threads=None, precision_reason=None):
+                      num_batch_threads=None, precision_reason=None, signatures=None):
     """Saves `translator` to `<export_dir>/<version>/`; returns that path.
 
     `version` defaults to :func:`next_version`. The SavedModel is written to a hidden
@@ -154,10 +160,16 @@ def export_translator(translator, export_dir, config=None, version=None,
     never sees a half-written version. `assets.extra/` gets the warm-up records and an
     example `batching_parameters.txt` (`num_batch_threads`: default, this machine's cores).
     `precision_reason`: why the model computes in its precision, recorded in config.json.
+    `signatures`: the names of the signatures to export
+    (:data:`tfxformer.serving.signatures.SIGNATURES`; None: all); `serving_default` is
+    always one. Fewer signatures make a smaller graph that loads in less memory and time
+    (bench/README.md); config.json records them (`signatures`).
 
     Raises:
         FileExistsError: `<export_dir>/<version>` exists.
+        ValueError: an unknown signature name.
     """
+    names = check_signatures(signatures)
     version = next_version(export_dir) if version is None else \
         checks.integer(version, "version", 1)
     final = os.path.join(export_dir, str(version))
@@ -169,8 +181,9 @@ def export_translator(translator, export_dir, config=None, version=None,
     try:
         with tempfile.TemporaryDirectory() as sources:
             _save(translator, os.path.join(staging, "model"), sources,
-                  _asset_config(translator, config, precision_reason))
-        write_warmup_records(os.path.join(staging, "model"), warmup_requests(translator))
+                  _asset_config(translator, config, precision_reason, names), names)
+        write_warmup_records(os.path.join(staging, "model"), warmup_requests(
+            translator, [name for name in BATCHABLE_SIGNATURES if name in names]))
         write_batching_parameters(os.path.join(staging, "model"), translator.max_batch_size,
                                   num_batch_threads)
         os.rename(os.path.join(staging, "model"), final)
@@ -179,25 +192,23 @@ def export_translator(translator, export_dir, config=None, version=None,
     return final
 
 
-def _save(translator, path, sources, config):
-    """Saves an export root holding the two functions, the tf.Variables they capture and
-    the assets, and no Keras object: Keras 3 layers saved as children of the root fail in
-    session-based loaders (TF Serving, `saved_model_cli run`: "Could not find variable",
-    keras-team/keras#20095). Keras' own ExportArchive saves such a root too."""
+# Where the export root keeps each signature's function (serving_default as `translate`).
+_ROOT_ATTRIBUTES = {"serving_default": "translate"}
+
+
+def _save(translator, path, sources, config, names):
+    """Saves an export root holding the functions of the signatures `names` (only those
+    are traced), the tf.Variables they capture and the assets, and no Keras object: Keras
+    3 layers saved as children of the root fail in session-based loaders (TF Serving,
+    `saved_model_cli run`: "Could not find variable", keras-team/keras#20095). Keras' own
+    ExportArchive saves such a root too."""
     root = tf.Module(name="translator")
-    signatures = {name: getattr(translator, attr).get_concrete_function() for name, attr in (
-        ("serving_default", "__call__"), ("translate_per_example", "translate_per_example"),
-        ("translate_with_options", "translate_with_options"),
-        ("translate_sampled", "translate_sampled"), ("translate_nbest", "translate_nbest"),
-        ("score", "score"))}
+    signatures = {name: getattr(translator, "__call__" if name == "serving_default" else name)
+                  .get_concrete_function() for name in names}
     # The concrete functions themselves, not the tf.functions: a tf.function on the root
     # is traced again in the saver's context, and the SavedModel would hold each graph twice.
-    root.translate = signatures["serving_default"]
-    root.translate_with_options = signatures["translate_with_options"]
-    root.translate_per_example = signatures["translate_per_example"]
-    root.translate_sampled = signatures["translate_sampled"]
-    root.translate_nbest = signatures["translate_nbest"]
-    root.score = signatures["score"]
+    for name, function in signatures.items():
+        setattr(root, _ROOT_ATTRIBUTES.get(name, name), function)
     captured = {}
     for function in signatures.values():
         captured.update((id(v), v) for v in function.variables)
@@ -320,7 +331,8 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
                    max_batch_size=None, checkpoint=None, version=None, precision="fp32",
                    max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
                    shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
-                   stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH):
+                   stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH,
+                   signatures=None):
     """Loads a trained run dir (:func:`tfxformer.pretrained.load_run_dir`) or a preset dir
     of `Transformer.save_to_preset` (:func:`tfxformer.pretrained.load_source`) and exports
     its translator (`precision` "bf16": computes in bfloat16, float32 weights). The input and
@@ -332,7 +344,9 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
     fixed in the graph and recorded in config.json. `xla_max_batch`: chunks of at most
     this many sentences run an XLA-compiled beam search (:mod:`tfxformer.serving.compiled`;
     TF Serving then needs `--xla_cpu_compilation_enabled=true`); 0 turns it off; recorded
-    in config.json (`export`). `precision` "auto": :func:`export_precision`."""
+    in config.json (`export`). `precision` "auto": :func:`export_precision`.
+    `signatures`: the signatures to export (:func:`export_translator`; None: all)."""
+    check_signatures(signatures)
     precision, reason = export_precision(precision)
     model, record, spm_bytes = pretrained.load_source(Transformer, model_dir, checkpoint,
                                                       precision, "export_run_dir")
@@ -342,7 +356,8 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
                                  max_batch_size, max_input_tokens, max_output_tokens, table,
                                  stopping, length_normalization, xla_max_batch)
     return export_translator(translator, export_dir, config=record, version=version,
-                             num_batch_threads=num_batch_threads, precision_reason=reason)
+                             num_batch_threads=num_batch_threads, precision_reason=reason,
+                             signatures=signatures)
 
 
 # Decoding options a re-export takes from its source SavedModel unless given.
@@ -363,7 +378,7 @@ def _with_source_options(record, options):
 
 def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
                        num_batch_threads=None, shortlist=None, shortlist_data=None,
-                       shortlist_max_pairs=None, **options):
+                       shortlist_max_pairs=None, signatures=None, **options):
     """Re-exports a SavedModel of this package
     (:func:`tfxformer.pretrained.load_saved_model_weights`) with
     today's code, at `precision`, with a `shortlist` (K, N) built from `shortlist_data`
@@ -371,7 +386,9 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
     :func:`_make_translator`'s. Beam size, α, extra length, token limits, stopping rule
     and length normalization not given (or None) are the source's (its config asset's
     `decoding`; an asset without the two rules ran "bound" and "gnmt"). `precision`
-    "auto": :func:`export_precision`."""
+    "auto": :func:`export_precision`. `signatures`: the signatures to export
+    (:func:`export_translator`; None: all, whichever the source has)."""
+    check_signatures(signatures)
     precision, reason = export_precision(precision)
     model, record, spm_bytes = pretrained.load_saved_model_weights(Transformer, version_dir,
                                                                    precision=precision)
@@ -380,7 +397,8 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
                            shortlist_max_pairs)
     translator = _make_translator(model, record, spm_bytes, shortlist=table, **options)
     return export_translator(translator, export_dir, config=record, version=version,
-                             num_batch_threads=num_batch_threads, precision_reason=reason)
+                             num_batch_threads=num_batch_threads, precision_reason=reason,
+                             signatures=signatures)
 
 
 def _source_name(path):
@@ -413,7 +431,8 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
                     max_batch_size=None, version=None, precision="fp32",
                     max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
                     shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
-                    stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH):
+                    stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH,
+                    signatures=None):
     """Exports one SavedModel that decodes with every model of `member_paths` at once:
     beam search on their averaged probabilities (:mod:`tfxformer.decoding.ensemble`).
 
@@ -423,17 +442,20 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
     records and batching_parameters.txt are those of a one-model export; config.json is
     the first member's record (its training settings; a SavedModel's decoding options
     unless given) and `ensemble`: per member its `source` (the basename of its path),
-    `vocabulary_sha256` and `model`. Options as :func:`export_run_dir`'s; the shortlist
-    table is built from the first member's training data (or `shortlist_data`).
+    `vocabulary_sha256` and `model`. Options as :func:`export_run_dir`'s (`signatures`
+    too); the shortlist table is built from the first member's training data (or
+    `shortlist_data`).
 
     Raises:
         ValueError: fewer than two members, vocabularies that differ (naming both paths),
-            a bad precision, or a member that is no model of this package.
+            a bad precision or signature name, or a member that is no model of this
+            package.
         FileNotFoundError: a member path does not exist.
     """
     paths = [os.fspath(p) for p in member_paths]
     if len(paths) < 2:
         raise ValueError(f"An ensemble needs at least 2 models, got {len(paths)}: {paths}.")
+    check_signatures(signatures)
     precision, reason = export_precision(precision)
     sources = [locate.resolve(p, locate.ONE_MODEL, "an ensemble member") for p in paths]
     spm_bytes = _check_vocabularies(paths, sources)
@@ -458,4 +480,5 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
     config = {**record.to_dict(),
               "ensemble": _ensemble_record(translator, [_source_name(p) for p in paths])}
     return export_translator(translator, export_dir, config=config, version=version,
-                             num_batch_threads=num_batch_threads, precision_reason=reason)
+                             num_batch_threads=num_batch_threads, precision_reason=reason,
+                             signatures=signatures)

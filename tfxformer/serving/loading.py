@@ -28,6 +28,7 @@ from tfxformer.models.transformer import Transformer
 from tfxformer.rundir import RunRecord
 from tfxformer.sentencepiece_ops import load_sentencepiece_ops
 from tfxformer.serving.batching import translate_in_length_order
+from tfxformer.serving.signatures import missing_signature
 from tfxformer.serving.translator import make_translator
 
 _DEFAULTS = DecodingOptions()
@@ -143,7 +144,10 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
 
     Raises:
         FileNotFoundError: `path` is no model dir, or a run dir lacks a file.
-        ValueError: an unloadable SavedModel, or an option that does not apply to it.
+        ValueError: an unloadable SavedModel, one without the signature it needs
+            (`serving_default`; `translate_with_options` for beam_size, alpha or
+            extra_length; the message names the re-export command), or an option that
+            does not apply to it.
     """
     source = resolve(path, KINDS, "load_translate_fn")
     kind, resolved = source.kind, source.path
@@ -164,6 +168,8 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
                              f"{source.what}, which computes as it was exported.")
     loaded = _load_saved_model(resolved)
     record = _exported_record(loaded)
+    if "serving_default" not in loaded.signatures:
+        raise missing_signature(resolved, "serving_default", loaded.signatures, record)
     given = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
     exported = (record.decoding if record else None) or DecodingOptions.from_dict({})
     for name, value in (("stopping", stopping),
@@ -177,7 +183,10 @@ def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
     scalars = {}
     if all(v is None for v in given.values()):
         signature = loaded.signatures["serving_default"]
-    else:
+    else:  # an export made with --signatures may lack it
+        if "translate_with_options" not in loaded.signatures:
+            raise missing_signature(resolved, "translate_with_options", loaded.signatures,
+                                    record)
         signature = loaded.signatures["translate_with_options"]
         scalars = dict(beam_size=tf.constant(options["beam_size"], tf.int32),
                        alpha=tf.constant(options["alpha"], tf.float32),
@@ -198,11 +207,6 @@ def _load_saved_model(path):
         loaded = tf.saved_model.load(path)
     except (tf.errors.OpError, OSError, ValueError) as err:
         raise ValueError(f"Could not load the SavedModel {path!r}: {err}") from None
-    missing = {"serving_default", "translate_with_options"} - set(loaded.signatures)
-    if missing:
-        raise ValueError(f"SavedModel {path!r} lacks the signature(s) {sorted(missing)} "
-                         f"(has {sorted(loaded.signatures)}); export it with "
-                         "scripts/export.py.")
     return loaded
 
 

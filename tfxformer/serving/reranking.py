@@ -159,7 +159,7 @@ def check_weights(weights, roles) -> None:
 
 def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypotheses=None,
                      precision="fp32", version=None, num_batch_threads=None,
-                     max_batch_size=None, **options):
+                     max_batch_size=None, signatures=None, **options):
     """Exports one SavedModel whose translations are reranked in the graph: the model at
     `model_path` makes each text's n-best list (`num_hypotheses` candidates, default the
     beam size; the beam is at least that wide), and each model of `rescoring_paths` scores
@@ -174,6 +174,8 @@ def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypot
             words) and the rescoring models' (:data:`ROLE_WEIGHTS`: "channel",
             "channel_mean", "right_to_left", ...); a name not given weighs 0.
         precision: "fp32" or "bf16", the compute type of every model.
+        signatures: the signatures to export
+            (:func:`tfxformer.serving.export.export_translator`; None: all).
         options: beam_size, alpha, extra_length, max_input_tokens, max_output_tokens,
             stopping, length_normalization of the forward model's search (unset: its
             export's, as :func:`export_saved_model`).
@@ -187,7 +189,9 @@ def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypot
     from tfxformer.config import PRECISION_POLICIES
     from tfxformer.models.transformer import Transformer
     from tfxformer.serving.export import _source_name, _with_source_options, export_translator
+    from tfxformer.serving.signatures import check_signatures
 
+    check_signatures(signatures)
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"precision {precision!r} not in ['bf16', 'fp32'].")
     dtype = {} if precision == "fp32" else {"dtype": PRECISION_POLICIES[precision]}
@@ -222,4 +226,4 @@ def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypot
                               "weights": {k: float(v) for k, v in weights.items()},
                               "models": models}
     return export_translator(translator, export_dir, config=record, version=version,
-                             num_batch_threads=num_batch_threads)
+                             num_batch_threads=num_batch_threads, signatures=signatures)

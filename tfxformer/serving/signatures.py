@@ -21,11 +21,66 @@ from tfxformer.rundir import RunRecord
 from tfxformer.sentencepiece_ops import load_sentencepiece_ops
 from tfxformer.serving.translator import make_translator
 
-__all__ = ["OpenedSignature", "language_inputs", "open_signature"]
+__all__ = ["SIGNATURES", "OpenedSignature", "check_signatures", "language_inputs",
+           "missing_signature", "open_signature"]
 
 _DEFAULTS = DecodingOptions()
+# The signatures an export may hold (scripts/export.py --signatures), in the order it saves
+# them, each with what a client calls it for.
+SIGNATURES = {
+    "serving_default": "the export's own decoding options; TF Serving's default (always "
+                       "exported)",
+    "translate_per_example": "beam size, alpha, extra length, input limit per text "
+                             "(batchable)",
+    "translate_with_options": "the same per request, as scalars (scripts/translate.py "
+                              "--beam-size/--alpha/--extra-length)",
+    "translate_sampled": "sampled translations (scripts/translate.py --sampling-topk)",
+    "translate_nbest": "n-best lists, repetition control, target prefixes, constraints "
+                       "(scripts/translate.py --n-best and its steering flags; the "
+                       "largest graph)",
+    "score": "log P(target | text) of given translations (scripts/score.py)",
+}
 # The forms open_signature takes (tfxformer.locate.KINDS).
 KINDS = ("saved_model", "run_dir", "preset", "ensemble")
+
+
+def check_signatures(names) -> tuple[str, ...]:
+    """The signatures an export asked for `names` holds, in :data:`SIGNATURES`' order:
+    all of them for None, else `names` (a sequence of names) and `serving_default`.
+
+    Raises:
+        ValueError: a name not in :data:`SIGNATURES` (naming it and the accepted ones), or
+            `names` a single string rather than a sequence of names.
+    """
+    if names is None:
+        return tuple(SIGNATURES)
+    if isinstance(names, (str, bytes)):
+        raise ValueError(f"`signatures` takes a sequence of signature names, got the string "
+                         f"{names!r}; e.g. [{names!r}].")
+    names = list(names)
+    unknown = [name for name in names if name not in SIGNATURES]
+    if unknown:
+        raise ValueError(f"Unknown signature name(s) {unknown}; accepted: "
+                         f"{', '.join(SIGNATURES)}.")
+    return tuple(name for name in SIGNATURES if name in names or name == "serving_default")
+
+
+def missing_signature(path, signature, available, record=None) -> ValueError:
+    """The error for the SavedModel at `path` without `signature` (its signatures are
+    `available`): exported with `scripts/export.py --signatures` leaving it out (its
+    config.json record lists `signatures`), or before `signature` existed. It names the
+    command that re-exports the model with `signature` and the ones it has."""
+    exported = (record.export.get("signatures") if record is not None else None)
+    wanted = [name for name in SIGNATURES if name in available or name == signature]
+    if exported is not None:
+        why = f"it was exported with `--signatures {' '.join(exported)}`"
+    else:
+        why = f"it was exported before `{signature}` existed"
+    flag = "" if len(wanted) == len(SIGNATURES) else f" --signatures {' '.join(wanted)}"
+    return ValueError(
+        f"SavedModel {path!r} has no `{signature}` signature (it has {sorted(available)}): "
+        f"{why}. Re-export it with scripts/export.py to get the `{signature}` signature: "
+        f"python scripts/export.py --model {path} --export-dir NEW_EXPORT_DIR{flag}")
 
 
 class OpenedSignature(NamedTuple):
@@ -56,8 +111,10 @@ def open_signature(path, signature, batch_size=_DEFAULTS.batch_size,
 
     Raises:
         FileNotFoundError: `path` is no model dir.
-        ValueError: an unloadable SavedModel, one exported before `signature` existed
-            (naming the command that re-exports it), or an option that does not apply.
+        ValueError: an unloadable SavedModel, one without `signature` (exported before
+            it existed, or with `scripts/export.py --signatures` leaving it out;
+            :func:`missing_signature` names the command that re-exports it), or an option
+            that does not apply.
     """
     source = resolve(path, KINDS, "open_signature")
     kind, resolved = source.kind, source.path
@@ -79,13 +136,9 @@ def open_signature(path, signature, batch_size=_DEFAULTS.batch_size,
         loaded = tf.saved_model.load(resolved)
     except (tf.errors.OpError, OSError, ValueError) as err:
         raise ValueError(f"Could not load the SavedModel {resolved!r}: {err}") from None
-    if signature not in loaded.signatures:
-        raise ValueError(
-            f"SavedModel {resolved!r} has no `{signature}` signature (it has "
-            f"{sorted(loaded.signatures)}): it was exported before `{signature}` existed. "
-            f"Re-export it with scripts/export.py to get the `{signature}` signature: python "
-            f"scripts/export.py --model {resolved} --export-dir NEW_EXPORT_DIR")
     record = _exported_record(loaded)
+    if signature not in loaded.signatures:
+        raise missing_signature(resolved, signature, loaded.signatures, record)
     options = (record.decoding if record else None) or _DEFAULTS
     languages = record.target_languages if record else ()
     return OpenedSignature(loaded.signatures[signature], loaded, resolved, kind, languages,

@@ -1,0 +1,107 @@
+"""An export of only some signatures (`export_translator(signatures=...)`,
+`scripts/export.py --signatures`): what it holds, that it translates as the full export,
+and the error a loader gives for a signature it left out."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import tiny_export_translator
+from test_serving import load_script
+
+from tfxformer.pretrained import saved_model_variables
+from tfxformer.serving import export_translator, load_translate_fn
+from tfxformer.serving.nbest import load_nbest_fn
+from tfxformer.serving.scoring import load_score_fn
+from tfxformer.serving.signatures import SIGNATURES, check_signatures
+from tfxformer.serving.warmup import read_warmup_records
+
+TEXTS = ["A dog runs in the park.", "Two men are talking on a bench.", ""]
+LEAN = ("serving_default", "translate_per_example")
+
+
+@pytest.fixture(scope="module")
+def lean_export(tiny_export, spm_model, tmp_path_factory):
+    """conftest's tiny export again, with serving_default and translate_per_example only
+    (serving_default left for export_translator to add)."""
+    translator = tiny_export_translator(tiny_export, spm_model)
+    return export_translator(translator, str(tmp_path_factory.mktemp("lean") / "lean"),
+                             config={"src": "en", "tgt": "de"},
+                             signatures=["translate_per_example"])
+
+
+def _per_example(signature, n):
+    return signature(text=tf.constant(TEXTS[:n]), beam_size=tf.constant([1, 3, 2][:n]),
+                     alpha=tf.constant([0.0, 0.6, 1.0][:n]),
+                     extra_length=tf.constant([4, 2, 4][:n]),
+                     max_input_tokens=tf.constant([48, 5, 48][:n]))
+
+
+@pytest.mark.slow
+def test_a_lean_export_holds_the_asked_signatures_and_translates_as_the_full_one(
+        lean_export, tiny_export):
+    lean, full = tf.saved_model.load(lean_export), tf.saved_model.load(tiny_export)
+    assert sorted(lean.signatures) == sorted(LEAN)
+    assert sorted(full.signatures) == sorted(SIGNATURES)
+    with open(os.path.join(lean_export, "assets", "config.json")) as f:
+        assert json.load(f)["signatures"] == list(LEAN)
+    assert {log.predict_log.request.model_spec.signature_name
+            for log in read_warmup_records(lean_export)} == set(LEAN)
+    # The same weights: a re-export or a CTranslate2 conversion of it loses nothing.
+    lean_weights, full_weights = (saved_model_variables(p) for p in (lean_export, tiny_export))
+    assert sorted(lean_weights) == sorted(full_weights)
+    for key, value in lean_weights.items():
+        np.testing.assert_array_equal(value, full_weights[key])
+    text = tf.constant(TEXTS)
+    for name, call in (("serving_default", lambda s: s(text=text)),
+                       ("translate_per_example", lambda s: _per_example(s, len(TEXTS)))):
+        got, expected = call(lean.signatures[name]), call(full.signatures[name])
+        assert got["translation"].numpy().tolist() == expected["translation"].numpy().tolist()
+        np.testing.assert_allclose(got["score"], expected["score"], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_loader_asking_for_a_left_out_signature_names_the_re_export(lean_export, capsys):
+    command = (f"python scripts/export.py --model {lean_export} --export-dir NEW_EXPORT_DIR "
+               "--signatures serving_default translate_per_example ")
+    for load, missing in ((lambda: load_translate_fn(lean_export, beam_size=2),
+                           "translate_with_options"),
+                          (lambda: load_nbest_fn(lean_export, 2), "translate_nbest"),
+                          (lambda: load_score_fn(lean_export), "score")):
+        with pytest.raises(ValueError) as error:
+            load()
+        message = str(error.value)
+        assert f"SavedModel {lean_export!r} has no `{missing}` signature" in message
+        assert "exported with `--signatures serving_default translate_per_example`" in message
+        assert message.endswith(command + missing), message
+    assert load_translate_fn(lean_export).kind == "saved_model"  # serving_default suffices
+    with pytest.raises(SystemExit) as exit_:
+        load_script("translate").main(["--model", lean_export, "--n-best", "2"])
+    assert exit_.value.code == 2
+    assert command + "translate_nbest" in capsys.readouterr().err
+
+
+def test_signature_names_are_checked_before_anything_is_exported(tmp_path, capsys):
+    assert check_signatures(None) == tuple(SIGNATURES)
+    assert check_signatures(["score", "serving_default", "score"]) == ("serving_default",
+                                                                       "score")
+    assert check_signatures([]) == ("serving_default",)
+    with pytest.raises(ValueError, match=r"Unknown signature name\(s\) \['nbest'\]; "
+                                         r"accepted: serving_default, translate_per_example"):
+        check_signatures(["score", "nbest"])
+    with pytest.raises(ValueError, match="a sequence of signature names, got the string "
+                                         "'score'"):
+        check_signatures("score")
+    with pytest.raises(ValueError, match="'translate'"):
+        export_translator(None, str(tmp_path / "never"), signatures=["translate"])
+    assert not (tmp_path / "never").exists()
+    with pytest.raises(SystemExit) as exit_:
+        load_script("export").main(["--model", str(tmp_path / "missing"), "--export-dir",
+                                    str(tmp_path / "out"), "--signatures", "scores"])
+    assert exit_.value.code == 2
+    assert "Unknown signature name(s) ['scores']" in capsys.readouterr().err
+    help_text = load_script("export").build_parser().format_help()
+    for name in SIGNATURES:
+        assert name in help_text
