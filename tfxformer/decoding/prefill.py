@@ -39,7 +39,7 @@ from tfxformer.decoding import common
 from tfxformer.decoding.common import NEG_INF
 from tfxformer.decoding.steering import Steering, has_constraints, steer_logits
 
-__all__ = ["MIN_COLUMNS", "forced_columns", "prefill"]
+__all__ = ["MIN_COLUMNS", "can_prefill", "forced_columns", "prefill"]
 
 # The fewest forced columns worth a prefill: one column is one step either way.
 MIN_COLUMNS = 2
@@ -67,7 +67,8 @@ def prefill(state, start, steering: Steering, beam_size, eos_id, pad_id, bos_id,
     """`state` (a beam search's state before its first step: fields i, alive_seq (B, K,
     L + 1), alive_log_probs (B, K), cache, context, alive_token_log_probs) moved past the
     batch's m forced prefix columns by one pass (module docstring), or `state` as it is
-    when no prefill runs (m < :data:`MIN_COLUMNS`, or constraints in the batch)."""
+    when no prefill runs (m < :data:`MIN_COLUMNS`, constraints in the batch) or a forced
+    token is one the search may not write."""
     m = forced_columns(steering, start.limits, eos_id)
     run = (m >= MIN_COLUMNS) & (tf.size(start.limits) > 0)
     if has_constraints(steering):
