@@ -1,13 +1,18 @@
 """What an export costs to make and to load: CPU seconds of `scripts/export.py`, the size of
-its saved_model.pb, and the resident memory a fresh process adds loading it and calling
-its beam-search signatures (serving_default, translate_with_options,
-translate_per_example) on one sentence; now and with `--patch per_signature_decode` (each
-signature tracing its own beam search, as exports did before they shared one traced
-decode). Every figure comes from a fresh process; the variants alternate `--repeats`
-times.
+its saved_model.pb, the resident memory a fresh process adds loading it (after `import
+tensorflow, tensorflow_text`) and the CPU seconds of the load, and the memory after one
+sentence through each of its beam-search signatures (serving_default,
+translate_with_options, translate_per_example: those it has). Every figure comes from a
+fresh process; the variants alternate `--repeats` times. The variants: now and with
+`--patch per_signature_decode` (each signature tracing its own beam search, as exports
+did before they shared one traced decode), or with `--signature-sets` one export per set
+of `scripts/export.py --signatures` ("all": the default, every signature).
 
   python bench/export_cost.py --model saved_models/multi30k_en_de --repeats 2 \\
       --work runs/export_cost > bench/results/export_cost.log
+  taskset -c 0 python bench/export_cost.py --model saved_models/multi30k_en_de \\
+      --signature-sets all serving_default "serving_default translate_per_example" \\
+      --repeats 3 --work runs/export_signatures > bench/results/export_signatures.log
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ sys.path.insert(0, {here!r})
 if {patch!r}:
     import patches
     patches.apply({patch!r})
-sys.argv = ["export.py", "--model", {model!r}, "--export-dir", {out!r}]
+sys.argv = ["export.py", "--model", {model!r}, "--export-dir", {out!r}, *{flags!r}]
 try:
     runpy.run_path({script!r}, run_name="__main__")
 except SystemExit as error:
@@ -41,25 +46,28 @@ print("CPU", usage.ru_utime + usage.ru_stime)
 """
 
 LOAD = """
-import resource
+import resource, time
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 - the SentencePiece ops
 
 def mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-before = mib()
+before, cpu = mib(), time.process_time()
 loaded = tf.saved_model.load({version!r})
-after_load = mib()
+after_load, cpu = mib(), time.process_time() - cpu
 text = tf.constant(["A dog runs in the park."])
-loaded.signatures["serving_default"](text=text)
-loaded.signatures["translate_with_options"](text=text, beam_size=tf.constant(4),
-                                            alpha=tf.constant(0.6), extra_length=tf.constant(50))
-loaded.signatures["translate_per_example"](text=text, beam_size=tf.constant([4]),
-                                           alpha=tf.constant([0.6]),
-                                           extra_length=tf.constant([50]),
-                                           max_input_tokens=tf.constant([128]))
-print("MEM", after_load - before, mib() - before)
+signatures = loaded.signatures
+signatures["serving_default"](text=text)
+if "translate_with_options" in signatures:
+    signatures["translate_with_options"](text=text, beam_size=tf.constant(4),
+                                         alpha=tf.constant(0.6), extra_length=tf.constant(50))
+if "translate_per_example" in signatures:
+    signatures["translate_per_example"](text=text, beam_size=tf.constant([4]),
+                                        alpha=tf.constant([0.6]),
+                                        extra_length=tf.constant([50]),
+                                        max_input_tokens=tf.constant([128]))
+print("MEM", after_load - before, mib() - before, cpu, len(signatures))
 """
 
 
@@ -78,29 +86,45 @@ def main(argv=None):
                     help="what to export: any model dir scripts/export.py takes")
     ap.add_argument("--patch", default="per_signature_decode",
                     help="the bench/patches.py patch of the other variant")
-    ap.add_argument("--repeats", type=int, default=2, help="passes of both variants")
+    ap.add_argument("--signature-sets", nargs="+", metavar="SET",
+                    help="in place of --patch: one variant per set of signature names "
+                         "(space-separated in one argument), exported with scripts/export.py "
+                         "--signatures SET; 'all' for the default")
+    ap.add_argument("--repeats", type=int, default=2, help="passes of all variants")
     ap.add_argument("--work", default="runs/export_cost",
                     help="folder for the exports (emptied first)")
     args = ap.parse_args(argv)
     shutil.rmtree(args.work, ignore_errors=True)
-    rows = {"now": [], args.patch: []}
+    # variant name -> (bench/patches.py patch, scripts/export.py flags)
+    if args.signature_sets:
+        variants = {"+".join(s.split()): ("", [] if s == "all" else ["--signatures", *s.split()])
+                    for s in args.signature_sets}
+    else:
+        variants = {"now": ("", []), args.patch: (args.patch, [])}
+    rows = {name: [] for name in variants}
+    load_averages = [os.getloadavg()]
     for repeat in range(args.repeats):
-        for name in (("now", args.patch) if repeat % 2 == 0 else (args.patch, "now")):
+        for name in (list(variants) if repeat % 2 == 0 else list(variants)[::-1]):
+            patch, flags = variants[name]
             out = os.path.abspath(os.path.join(args.work, f"{name}_{repeat}"))
-            words = run(EXPORT.format(here=HERE, patch="" if name == "now" else name,
-                                      model=args.model, out=out,
+            words = run(EXPORT.format(here=HERE, patch=patch, model=args.model, out=out,
+                                      flags=flags,
                                       script=os.path.join(ROOT, "scripts", "export.py")))
             version = os.path.join(out, "1")
             loaded = run(LOAD.format(version=version))
             row = {"export_cpu_s": round(float(words[words.index("CPU") + 1]), 2),
                    "saved_model_pb_mb": round(os.path.getsize(
                        os.path.join(version, "saved_model.pb")) / 1e6, 2),
+                   "signatures": int(loaded[4]),
                    "load_mib": round(float(loaded[1]), 1),
-                   "load_and_3_signatures_mib": round(float(loaded[2]), 1)}
+                   "load_cpu_s": round(float(loaded[3]), 2),
+                   "load_and_beam_signatures_mib": round(float(loaded[2]), 1)}
             rows[name].append(row)
-            benchlib.log(f"{name} pass {repeat}: {json.dumps(row)}")
+            load_averages.append(os.getloadavg())
+            benchlib.log(f"{name} pass {repeat}: {json.dumps(row)} load {load_averages[-1][0]:.2f}")
     benchlib.emit({"bench": "export_cost", "model": args.model, "machine": benchlib.machine(),
-                   "load_average": os.getloadavg(), "rows": rows})
+                   "affinity": sorted(os.sched_getaffinity(0)),
+                   "load_average": load_averages, "rows": rows})
 
 
 if __name__ == "__main__":
