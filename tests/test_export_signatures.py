@@ -13,7 +13,6 @@ from test_serving import load_script
 
 from tfxformer.pretrained import saved_model_variables
 from tfxformer.serving import export_translator, load_translate_fn
-from tfxformer.serving.nbest import load_nbest_fn
 from tfxformer.serving.scoring import load_score_fn
 from tfxformer.serving.signatures import SIGNATURES, check_signatures
 from tfxformer.serving.warmup import read_warmup_records
@@ -32,11 +31,8 @@ def lean_export(tiny_export, spm_model, tmp_path_factory):
                              signatures=["translate_per_example"])
 
 
-def _per_example(signature, n):
-    return signature(text=tf.constant(TEXTS[:n]), beam_size=tf.constant([1, 3, 2][:n]),
-                     alpha=tf.constant([0.0, 0.6, 1.0][:n]),
-                     extra_length=tf.constant([4, 2, 4][:n]),
-                     max_input_tokens=tf.constant([48, 5, 48][:n]))
+def _per_example(signature, **options):
+    return signature(text=tf.constant(TEXTS), **{k: tf.constant(v) for k, v in options.items()})
 
 
 @pytest.mark.slow
@@ -46,7 +42,8 @@ def test_a_lean_export_holds_the_asked_signatures_and_translates_as_the_full_one
     assert sorted(lean.signatures) == sorted(LEAN)
     assert sorted(full.signatures) == sorted(SIGNATURES)
     with open(os.path.join(lean_export, "assets", "config.json")) as f:
-        assert json.load(f)["signatures"] == list(LEAN)
+        config = json.load(f)
+    assert config["signatures"] == list(LEAN)
     assert {log.predict_log.request.model_spec.signature_name
             for log in read_warmup_records(lean_export)} == set(LEAN)
     # The same weights: a re-export or a CTranslate2 conversion of it loses nothing.
@@ -54,12 +51,21 @@ def test_a_lean_export_holds_the_asked_signatures_and_translates_as_the_full_one
     assert sorted(lean_weights) == sorted(full_weights)
     for key, value in lean_weights.items():
         np.testing.assert_array_equal(value, full_weights[key])
-    text = tf.constant(TEXTS)
-    for name, call in (("serving_default", lambda s: s(text=text)),
-                       ("translate_per_example", lambda s: _per_example(s, len(TEXTS)))):
-        got, expected = call(lean.signatures[name]), call(full.signatures[name])
-        assert got["translation"].numpy().tolist() == expected["translation"].numpy().tolist()
-        np.testing.assert_allclose(got["score"], expected["score"], rtol=1e-5)
+    got, expected = (s.signatures["serving_default"](text=tf.constant(TEXTS))
+                     for s in (lean, full))
+    assert got["translation"].numpy().tolist() == expected["translation"].numpy().tolist()
+    np.testing.assert_allclose(got["score"], expected["score"], rtol=1e-5)
+    # translate_per_example with the export's own options is serving_default; other
+    # options per text work.
+    per_example = _per_example(lean.signatures["translate_per_example"], **{
+        name: [config["decoding"][name]] * len(TEXTS)
+        for name in ("beam_size", "alpha", "extra_length", "max_input_tokens")})
+    assert per_example["translation"].numpy().tolist() == \
+        got["translation"].numpy().tolist()
+    assert _per_example(lean.signatures["translate_per_example"], beam_size=[1, 3, 2],
+                        alpha=[0.0, 0.6, 1.0], extra_length=[4, 2, 4],
+                        max_input_tokens=[48, 5, 48])["truncated"].numpy().tolist() == \
+        [False, True, False]
 
 
 @pytest.mark.slow
@@ -68,7 +74,6 @@ def test_a_loader_asking_for_a_left_out_signature_names_the_re_export(lean_expor
                "--signatures serving_default translate_per_example ")
     for load, missing in ((lambda: load_translate_fn(lean_export, beam_size=2),
                            "translate_with_options"),
-                          (lambda: load_nbest_fn(lean_export, 2), "translate_nbest"),
                           (lambda: load_score_fn(lean_export), "score")):
         with pytest.raises(ValueError) as error:
             load()
@@ -77,7 +82,7 @@ def test_a_loader_asking_for_a_left_out_signature_names_the_re_export(lean_expor
         assert "exported with `--signatures serving_default translate_per_example`" in message
         assert message.endswith(command + missing), message
     assert load_translate_fn(lean_export).kind == "saved_model"  # serving_default suffices
-    with pytest.raises(SystemExit) as exit_:
+    with pytest.raises(SystemExit) as exit_:  # load_nbest_fn's error, through the script
         load_script("translate").main(["--model", lean_export, "--n-best", "2"])
     assert exit_.value.code == 2
     assert command + "translate_nbest" in capsys.readouterr().err
