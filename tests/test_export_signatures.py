@@ -12,9 +12,10 @@ from conftest import tiny_export_translator
 from test_serving import load_script
 
 from tfxformer.pretrained import saved_model_variables
+from tfxformer.rundir import RunRecord
 from tfxformer.serving import export_translator, load_translate_fn
 from tfxformer.serving.scoring import load_score_fn
-from tfxformer.serving.signatures import SIGNATURES, check_signatures
+from tfxformer.serving.signatures import SIGNATURES, check_signatures, missing_signature
 from tfxformer.serving.warmup import read_warmup_records
 
 TEXTS = ["A dog runs in the park.", "Two men are talking on a bench.", ""]
@@ -110,3 +111,18 @@ def test_signature_names_are_checked_before_anything_is_exported(tmp_path, capsy
     help_text = load_script("export").build_parser().format_help()
     for name in SIGNATURES:
         assert name in help_text
+
+
+def test_an_ensemble_or_reranking_export_is_re_exported_as_it_was_made():
+    """Its models are not in the SavedModel's name: the message says which flags remake it
+    and where the record of its models is, not `--model` (which would drop them)."""
+    for entry, flags in (("ensemble", "--ensemble MODEL MODEL ..."),
+                         ("rerank", "--model MODEL --rerank-with MODEL ...")):
+        record = RunRecord.from_dict({"model": {"vocab_size": 8}, entry: [{"source": "a"}],
+                                      "signatures": ["serving_default"]})
+        message = str(missing_signature("exports/x/1", "translate_nbest", ["serving_default"],
+                                        record))
+        assert f"python scripts/export.py {flags}" in message
+        assert ("--export-dir NEW_EXPORT_DIR --signatures serving_default translate_nbest "
+                f"(as its assets/config.json `{entry}` entry records)") in message
+        assert "--model exports/x/1" not in message

@@ -77,10 +77,19 @@ def missing_signature(path, signature, available, record=None) -> ValueError:
     else:
         why = f"it was exported before `{signature}` existed"
     flag = "" if len(wanted) == len(SIGNATURES) else f" --signatures {' '.join(wanted)}"
+    made = record.export if record is not None else {}
+    if made.get("ensemble") or made.get("rerank"):  # --model would drop the other models
+        entry, how = (("ensemble", "--ensemble MODEL MODEL ...") if made.get("ensemble")
+                      else ("rerank", "--model MODEL --rerank-with MODEL ... --rerank-weight "
+                                      "NAME=VALUE ..."))
+        command = (f"python scripts/export.py {how} --export-dir NEW_EXPORT_DIR{flag} (as "
+                   f"its assets/config.json `{entry}` entry records)")
+    else:
+        command = f"python scripts/export.py --model {path} --export-dir NEW_EXPORT_DIR{flag}"
     return ValueError(
         f"SavedModel {path!r} has no `{signature}` signature (it has {sorted(available)}): "
         f"{why}. Re-export it with scripts/export.py to get the `{signature}` signature: "
-        f"python scripts/export.py --model {path} --export-dir NEW_EXPORT_DIR{flag}")
+        f"{command}")
 
 
 class OpenedSignature(NamedTuple):
