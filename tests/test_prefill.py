@@ -82,10 +82,12 @@ def test_repetition_controls_follow_the_prefix_position_by_position(model):
     _same(one_pass, stepwise)
     plain, _ = _both(model, steering=_steering(prefix), token_log_probs=True)
     assert not np.allclose(plain.token_log_probs[1, 0, :4], one_pass.token_log_probs[1, 0, :4])
-    # a forced token banned (30 31 30 31, n = 2): the pass is not kept, the output is the
-    # step-by-step search's
-    banned = _steering([PREFIX[0], [30, 31, 30, 31], PREFIX[2]], no_repeat_ngram_size=2)
-    _same(*_both(model, steering=banned, token_log_probs=True))
+    # a prefix repeating a bigram (30 31 30 31, n = 2) is written as given, by both paths
+    repeats = _steering([PREFIX[0], [30, 31, 30, 31], PREFIX[2]], no_repeat_ngram_size=2)
+    one_pass, stepwise = _both(model, steering=repeats, token_log_probs=True)
+    _same(one_pass, stepwise)
+    assert (one_pass.ids.numpy()[1, :, :4] == [30, 31, 30, 31]).all()
+    assert np.isfinite(one_pass.scores.numpy()[1]).all()
 
 
 def test_an_ensemble_and_a_shortlist(model):

@@ -19,8 +19,8 @@ output limit less one and stopping before an EOS inside a prefix. No prefill run
 m < :data:`MIN_COLUMNS` (one column costs what a step costs) or when the batch holds
 terminology constraints (their state follows each token:
 :mod:`tfxformer.decoding.constraints`); the search then runs as without it. Nor is the
-pass kept when one of the m forced tokens is one the search may not write (the no-repeat
-n-gram rule bans it: the step-by-step search then writes another token there).
+pass kept when one of the m forced tokens is one the search may not write (PAD or BOS:
+the step-by-step search then writes another token there).
 
 With a growing cache the pass reads exactly the m columns; with a static cache (XLA:
 every shape fixed) it reads min(P, L - 1) columns (P the prefix tensor's, L the output
@@ -68,7 +68,7 @@ def prefill(state, start, steering: Steering, beam_size, eos_id, pad_id, bos_id,
     L + 1), alive_log_probs (B, K), cache, context, alive_token_log_probs) moved past the
     batch's m forced prefix columns by one pass (module docstring), or `state` as it is
     when no prefill runs (m < :data:`MIN_COLUMNS`, constraints in the batch) or a forced
-    token is one the search may not write."""
+    token is one the search may not write (PAD, BOS)."""
     m = forced_columns(steering, start.limits, eos_id)
     run = (m >= MIN_COLUMNS) & (tf.size(start.limits) > 0)
     if has_constraints(steering):
@@ -92,8 +92,8 @@ def prefill(state, start, steering: Steering, beam_size, eos_id, pad_id, bos_id,
         if tracks:
             values["alive_token_log_probs"] = _write_columns(state.alive_token_log_probs,
                                                              token_lps, m)
-        # A forced token the search may not write (banned by the no-repeat n-gram rule,
-        # PAD or BOS): the step-by-step search decides what it writes there instead.
+        # A forced token the search may not write (PAD or BOS): the step-by-step search
+        # decides what it writes there instead.
         writable = tf.reduce_all(~forced | (token_lps > NEG_INF / 2))
         return tf.cond(writable, lambda: [values[name] for name in names], before)
 

@@ -12,6 +12,7 @@ Not in the paper; CTranslate2's decoding options, with its semantics
 * `no_repeat_ngram_size` n (0 = off): a token that would complete an n-gram the
   hypothesis already holds is banned (its logit set to NEG_INF before the softmax, so the
   other tokens' probabilities are renormalized); n = 1 bans every token already written.
+  A forced prefix is written as given: no token of it is banned.
 * `prefix`: the first tokens of the output are given (a translator's partial translation):
   while a hypothesis is inside its prefix, only the prefix's next token may follow,
   scored with the model's log-probability of it (the search's score stays log P(Y | X)).
@@ -209,9 +210,14 @@ def steer_logits(logits, history, valid, steering: Steering):
 
     logits = tf.cond(tf.reduce_any(tf.not_equal(penalty, 1.0)), penalized, lambda: logits)
     size = steering.no_repeat_ngram_size
-    return tf.cond(tf.reduce_any(size > 0),
-                   lambda: tf.where(_ngram_bans(history, valid, size, vocab), NEG_INF, logits),
-                   lambda: logits)
+    # a row still inside its prefix writes the prefix as given: nothing banned there
+    free = tf.reshape(valid, [-1]) >= steering.prefix_lengths  # (N,)
+
+    def banned():
+        bans = _ngram_bans(history, valid, size, vocab) & free[:, None]
+        return tf.where(bans, NEG_INF, logits)
+
+    return tf.cond(tf.reduce_any(size > 0), banned, lambda: logits)
 
 
 def force_prefix(log_probs, step, steering: Steering):
