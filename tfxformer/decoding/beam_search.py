@@ -401,38 +401,49 @@ class BeamSearchLoop:
         i = state.i
         tokens = tf.reshape(state.alive_seq[:, :, i], [-1, 1])  # (B'·K, 1), the last token
         logits, cache = self.step_fn(tokens, i, state.cache, state.context)
-        adjust = None
+        rows = None
+        written = state.alive_seq[:, :, 1:]  # (B', K, L), BOS left out
         if isinstance(state.steering, Steering):
             rows = hypothesis_rows(state.steering, self.beam_size)
-            written = state.alive_seq[:, :, 1:]  # (B', K, L), BOS left out
             logits = steer_logits(logits, tf.reshape(written, [-1, tf.shape(written)[2]]), i,
                                   rows)
-            adjust = lambda log_probs: force_prefix(log_probs, i, rows)  # noqa: E731
-        log_probs = common.next_token_log_probs(logits, self.pad_id, self.bos_id)
-        if adjust is not None:
-            log_probs = adjust(log_probs)
+
+        def to_log_probs(logits):
+            log_probs = common.next_token_log_probs(logits, self.pad_id, self.bos_id)
+            return log_probs if rows is None else force_prefix(log_probs, i, rows)
 
         def plain():
+            log_probs = to_log_probs(logits)
             best, beams, tokens = _best_extensions(log_probs, state.alive_log_probs,
                                                    2 * self.beam_size)
             ended = self._ended(tokens, i, state.limits)
             alive_log_probs, alive = tf.math.top_k(tf.where(ended, NEG_INF, best),
                                                    k=self.beam_size)
             return constraints.Selection(best, beams, tokens, alive, alive_log_probs,
-                                         tf.zeros_like(ended), state.constraint_state)
+                                         tf.zeros_like(ended), state.constraint_state), \
+                log_probs
 
         if not has_constraints(state.steering):
-            return plain(), cache, log_probs
+            pick, log_probs = plain()
+            return pick, cache, log_probs
         steer = state.steering
 
         def constrained():
+            # a phrase is written as often as it is given: the token that would write it
+            # once more is banned before the softmax, past the forced prefix
+            stand = constraints.standing(written, i, state.constraint_state,
+                                         steer.constraints, steer.constraint_continues,
+                                         tf.shape(logits)[-1])
+            free = i >= rows.prefix_lengths  # (B'·K,)
+            log_probs = to_log_probs(tf.where(stand.bans & free[:, None], NEG_INF,
+                                              tf.cast(logits, tf.float32)))
             return constraints.select(
                 log_probs, state.alive_log_probs, state.constraint_state, steer.constraints,
                 steer.constraint_continues, lambda t: self._ended(t, i, state.limits),
-                self.eos_id)
+                self.eos_id, stand), log_probs
 
-        return (tf.cond(constraints.present(steer.constraints), constrained, plain), cache,
-                log_probs)
+        pick, log_probs = tf.cond(constraints.present(steer.constraints), constrained, plain)
+        return pick, cache, log_probs
 
     def result(self, state):
         """(ids (B', K, L), scores (B', K)): finished hypotheses, best first; the alive

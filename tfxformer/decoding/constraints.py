@@ -12,6 +12,15 @@ that phrase's first token; inside a phrase the next token meets the phrase's nex
 and any other token un-meets the whole phrase (it must appear contiguously; that token
 may then start a phrase, where sockeye drops it).
 
+Each phrase is written exactly as often as it is given (a phrase given twice, twice: the
+count sockeye and fairseq give a repeated constraint): once a hypothesis holds every copy
+of a phrase, the token that would complete one more occurrence of it (its last n - 1
+tokens are the phrase's first n - 1; for a one-token phrase, the token itself) is banned
+before the softmax (:func:`standing`; a forced prefix is written as given), and every
+occurrence counts, also one DBA's contiguous tracking misses (it was inside another
+phrase, or restarted inside an overlapping match: 5 5 5 6 holds 5 5 6), which meets the
+first unmet copy of the phrase whole (:func:`_occurrences`).
+
 A constrained step (:func:`select`):
 
 * EOS is banned for a hypothesis with unmet constraints;
@@ -42,12 +51,13 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from tfxformer.decoding import phrases
 from tfxformer.decoding.common import NEG_INF
 from tfxformer.decoding.topk import top_k
 from tfxformer.ids import PAD_ID
 
-__all__ = ["ConstraintState", "Selection", "finished_rank", "initial_state", "present",
-           "select"]
+__all__ = ["ConstraintState", "Selection", "Standing", "finished_rank", "initial_state",
+           "present", "select", "standing"]
 
 # Subtracted from the score of a finished output with unmet constraints when the
 # finished ones are ranked: complete outputs first (finite, above NEG_INF / 2).
@@ -73,6 +83,16 @@ class Selection(NamedTuple):
     alive_log_probs: tf.Tensor  # (B', K) float32, NEG_INF for an ended one
     incomplete: tf.Tensor  # (B', 2K) bool: the candidate has unmet constraints
     constraint_state: object  # a ConstraintState of the K alive ones, or ()
+
+
+class Standing(NamedTuple):
+    """Where the alive hypotheses stand against their sentence's phrases before a step
+    (:func:`standing`)."""
+
+    places: phrases.Layout  # each constraint column's place in its phrase
+    twins: tf.Tensor  # (B', T, T) bool: last columns of phrases with the same tokens
+    completes: tf.Tensor  # (B', K, T) bool: writing token t completes its phrase
+    bans: tf.Tensor  # (B'·K, V) bool: tokens that would write a phrase once too often
 
 
 def present(constraints) -> tf.Tensor:
@@ -136,6 +156,51 @@ def _allowed(state, constraints, continues):
     return tf.where(inside[..., None], following, unmet_starts) & valid[:, None, :]
 
 
+def _done(met, places, twins):
+    """(complete (B', M, T) bool: the phrase ending at column t is met; done (B', M,
+    T) int32: how many phrases with that one's tokens are met)."""
+    complete = met & places.ends[:, None, :]
+    done = tf.linalg.matmul(tf.cast(complete, tf.float32), tf.cast(twins, tf.float32))
+    return complete, tf.cast(tf.round(done), tf.int32)
+
+
+def standing(history, length, state, constraints, continues, vocab) -> Standing:
+    """The :class:`Standing` of the alive hypotheses, `history` (B', K, L) their tokens,
+    the first `length` () int32 written: a phrase given n times is written n times,
+    never more, so the token that would complete one more occurrence of a phrase whose
+    copies are all met is banned (set to NEG_INF before the softmax by the search)."""
+    places = phrases.layout(constraints, continues)
+    twins = phrases.twins(constraints, places)
+    completes = phrases.completions(history, length, constraints, places)
+    _, done = _done(state.met, places, twins)
+    copies = tf.reduce_sum(tf.cast(twins, tf.int32), axis=-1)[:, None, :]  # (B', 1, T)
+    full = completes & (done >= copies)
+    return Standing(places, twins, completes, phrases.scatter_tokens(full, constraints,
+                                                                     vocab))
+
+
+def _occurrences(met, last, tokens, completes, constraints, standing):
+    """The state (met (B', C, T), last (B', C)) after :func:`_advance` with every
+    occurrence of a phrase that `tokens` (B', C) complete (`completes` (B', C, T) of the
+    hypotheses they extend) counted: where DBA's contiguous tracking did not complete a
+    phrase with its tokens (it was tracking another phrase, or restarted inside an
+    overlapping match), the first unmet copy of it is met whole."""
+    places, twins = standing.places, standing.twins
+    occurs = completes & tf.equal(tokens[..., None], constraints[:, None, :])
+    tracked = (last >= 0) & tf.gather(places.ends, tf.maximum(last, 0), batch_dims=1)
+    counted = tracked[..., None] & tf.gather(twins, tf.maximum(last, 0), batch_dims=1)
+    complete, done = _done(met, places, twins)
+    index = tf.range(tf.shape(constraints)[1])
+    rank = tf.reduce_sum(tf.cast(twins & (index[None, None, :] < index[None, :, None]),
+                                 tf.int32), axis=-1)  # (B', T) copies before it
+    target = occurs & ~counted & ~complete & tf.equal(done, rank[:, None, :])
+    whole = tf.gather(target, tf.broadcast_to(places.last[:, None, :], tf.shape(target)),
+                      batch_dims=2) & places.valid[:, None, :]  # (B', C, T)
+    inside = (last >= 0) & tf.gather(whole, tf.maximum(last, 0)[..., None],
+                                     batch_dims=2)[..., 0]
+    return met | whole, tf.where(inside, -1, last)
+
+
 def _before(scores, group):
     """(B', C) int32: candidates of the same `group` (B', C) ahead of each one (a higher
     score, or an equal one earlier in the list)."""
@@ -147,7 +212,8 @@ def _before(scores, group):
     return tf.reduce_sum(tf.cast(same & ahead, tf.int32), axis=-1)
 
 
-def select(log_probs, alive_log_probs, state, constraints, continues, ended_fn, eos_id):
+def select(log_probs, alive_log_probs, state, constraints, continues, ended_fn, eos_id,
+           standing=None):
     """One constrained step (module docstring).
 
     Args:
@@ -157,6 +223,8 @@ def select(log_probs, alive_log_probs, state, constraints, continues, ended_fn, 
         constraints, continues: (B', T) the sentences' constraint tokens and flags.
         ended_fn: tokens (B', M) -> (B', M) bool, the candidates that end (EOS or limit).
         eos_id: the end token (-1: none).
+        standing: None, or the alive hypotheses' :class:`Standing` (its bans applied to
+            `log_probs`): every occurrence of a phrase is counted, DBA's or not.
 
     Returns:
         A :class:`Selection`.
@@ -181,6 +249,10 @@ def select(log_probs, alive_log_probs, state, constraints, continues, ended_fn, 
     met, last = _advance(tf.gather(state.met, beams, batch_dims=1),
                          tf.gather(state.last, beams, batch_dims=1), tokens, constraints,
                          continues)
+    if standing is not None:
+        met, last = _occurrences(met, last, tokens, tf.gather(standing.completes, beams,
+                                                              batch_dims=1),
+                                 constraints, standing)
     bank = tf.reduce_sum(tf.cast(met, tf.int32), axis=-1)  # (B', C) tokens met
     needed = tf.reduce_sum(tf.cast(valid_tokens, tf.int32), axis=1)[:, None]
     order, after = _stripes(scores, usable, bank, tf.shape(constraints)[1])

@@ -16,11 +16,11 @@ Not in the paper; CTranslate2's decoding options, with its semantics
 * `prefix`: the first tokens of the output are given (a translator's partial translation):
   while a hypothesis is inside its prefix, only the prefix's next token may follow,
   scored with the model's log-probability of it (the search's score stays log P(Y | X)).
-* `constraints`: phrases (token sequences) every output of beam search must hold
-  (lexically constrained decoding with dynamic beam allocation, Post & Vilar, 2018;
-  :mod:`tfxformer.decoding.constraints`). They are held flattened: (B, T) tokens, PAD
-  after, and `constraint_continues` (B, T) bool, True where token t is followed by token
-  t + 1 of the same phrase.
+* `constraints`: phrases (token sequences) every output of beam search must hold, each
+  exactly as often as it is given (lexically constrained decoding with dynamic beam
+  allocation, Post & Vilar, 2018; :mod:`tfxformer.decoding.constraints`). They are held
+  flattened: (B, T) tokens, PAD after, and `constraint_continues` (B, T) bool, True
+  where token t is followed by token t + 1 of the same phrase.
 
 A :class:`Steering` holds them per sentence; the searches apply it at each step to the
 step function's logits (:func:`steer_logits`) and log-probabilities
