@@ -21,6 +21,11 @@ Not in the paper; CTranslate2's decoding options, with its semantics
   allocation, Post & Vilar, 2018; :mod:`tfxformer.decoding.constraints`). They are held
   flattened: (B, T) tokens, PAD after, and `constraint_continues` (B, T) bool, True
   where token t is followed by token t + 1 of the same phrase.
+* `avoid`: phrases no output may hold (sockeye's `avoid`), held flattened as the
+  constraints are (`avoid`, `avoid_continues`): the token that would complete one (the
+  hypothesis' last n - 1 tokens are the phrase's first n - 1; a one-token phrase's token)
+  is banned as the n-gram rule bans one; a forced prefix is written as given. Every
+  search takes them.
 
 A :class:`Steering` holds them per sentence; the searches apply it at each step to the
 step function's logits (:func:`steer_logits`) and log-probabilities
@@ -42,6 +47,7 @@ import tensorflow as tf
 
 from tfxformer.decoding.common import NEG_INF
 from tfxformer.decoding.ensemble import ensemble_log_probs, members
+from tfxformer.decoding.phrases import completions, layout, scatter_tokens
 from tfxformer.ids import BOS_ID, PAD_ID
 
 __all__ = ["Steering", "flatten_constraints", "force_prefix", "has_constraints",
@@ -58,6 +64,8 @@ class Steering(NamedTuple):
     prefix_lengths: tf.Tensor  # (B,) int32 tokens of each prefix, 0 = none
     constraints: Any = ()  # (B, T) int32 phrases' tokens, flattened, PAD after; () = none
     constraint_continues: Any = ()  # (B, T) bool: token t + 1 is the same phrase's next
+    avoid: Any = ()  # (B, A) int32 phrases no output may hold, flattened, PAD after; ()
+    avoid_continues: Any = ()  # (B, A) bool: token a + 1 is the same phrase's next
 
 
 def _per_sentence(value, batch, dtype):
@@ -66,7 +74,7 @@ def _per_sentence(value, batch, dtype):
 
 
 def make_steering(batch, no_repeat_ngram_size=0, repetition_penalty=1.0, prefix=None,
-                  constraints=None):
+                  constraints=None, avoid=None):
     """The :class:`Steering` of `batch` sentences, or None when every option is off and a
     Python value (the search then runs as without steering).
 
@@ -80,6 +88,8 @@ def make_steering(batch, no_repeat_ngram_size=0, repetition_penalty=1.0, prefix=
             hold: a (B, None, None) ragged tensor of token ids (sentence, phrase, token),
             or the flattened form, a pair ((B, T) ids, PAD after; (B, T) bool
             continues) (:func:`flatten_constraints`). Beam search only.
+        avoid: None, or per sentence the phrases no output may hold, in the forms
+            `constraints` takes. Every search.
 
     Raises:
         ValueError: a Python value out of range (tensors get graph assertions).
@@ -94,8 +104,8 @@ def make_steering(batch, no_repeat_ngram_size=0, repetition_penalty=1.0, prefix=
         if not repetition_penalty > 0:
             raise ValueError("`repetition_penalty` must be a number > 0 (1 = off), got "
                              f"{repetition_penalty!r}.")
-        if prefix is None and constraints is None and no_repeat_ngram_size == 0 \
-                and repetition_penalty == 1.0:
+        if prefix is None and constraints is None and avoid is None \
+                and no_repeat_ngram_size == 0 and repetition_penalty == 1.0:
             return None
     size = _per_sentence(no_repeat_ngram_size, batch, tf.int32)
     penalty = _per_sentence(repetition_penalty, batch, tf.float32)
@@ -110,16 +120,22 @@ def make_steering(batch, no_repeat_ngram_size=0, repetition_penalty=1.0, prefix=
     else:
         ids = tf.cast(tf.convert_to_tensor(prefix), tf.int32)
         lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)
-    tokens, continues = (), ()
-    if isinstance(constraints, tf.RaggedTensor):
-        tokens, continues = flatten_constraints(constraints)
-    elif constraints is not None:
-        tokens, continues = constraints
-        tokens = tf.cast(tf.convert_to_tensor(tokens), tf.int32)
-        continues = tf.cast(tf.convert_to_tensor(continues), tf.bool) & (tokens != PAD_ID)
+    tokens, continues = _flat_phrases(constraints)
     with tf.control_dependencies(checks):
         return Steering(tf.identity(size), tf.identity(penalty), ids, lengths, tokens,
-                        continues)
+                        continues, *_flat_phrases(avoid))
+
+
+def _flat_phrases(phrases):
+    """None, (B, None, None) ragged phrases or a flattened pair -> ((B, T) int32 tokens,
+    (B, T) bool continues), or ((), ()) for None."""
+    if phrases is None:
+        return (), ()
+    if isinstance(phrases, tf.RaggedTensor):
+        return flatten_constraints(phrases)
+    tokens, continues = phrases
+    tokens = tf.cast(tf.convert_to_tensor(tokens), tf.int32)
+    return tokens, tf.cast(tf.convert_to_tensor(continues), tf.bool) & (tokens != PAD_ID)
 
 
 def flatten_constraints(phrases):
@@ -192,10 +208,19 @@ def _ngram_bans(history, valid, size, vocab):
     return counts > 0
 
 
+def _avoid_bans(history, valid, tokens, continues, vocab):
+    """(N, V) bool: the tokens that would complete a phrase of `tokens` (N, A) (with their
+    `continues`) after the first `valid` (() or (N,)) tokens of `history` (N, C)."""
+    completes = completions(history[:, None, :], tf.reshape(valid, [-1, 1]), tokens,
+                            layout(tokens, continues))  # (N, 1, A)
+    return scatter_tokens(completes, tokens, vocab)
+
+
 def steer_logits(logits, history, valid, steering: Steering):
-    """`logits` (N, V) (or (N, 1, V)) of N hypotheses, float32, with the repetition penalty
-    and the n-gram bans of `steering` (its rows those of the hypotheses) applied; history
-    (N, C) int32 the tokens each hypothesis wrote so far, `valid` () or (N,) int32 of them."""
+    """`logits` (N, V) (or (N, 1, V)) of N hypotheses, float32, with the repetition penalty,
+    the n-gram bans and the phrases to avoid of `steering` (its rows those of the
+    hypotheses) applied; history (N, C) int32 the tokens each hypothesis wrote so far,
+    `valid` () or (N,) int32 of them."""
     if logits.shape.rank == 3:
         logits = logits[:, -1]
     logits = tf.cast(logits, tf.float32)
@@ -217,7 +242,16 @@ def steer_logits(logits, history, valid, steering: Steering):
         bans = _ngram_bans(history, valid, size, vocab) & free[:, None]
         return tf.where(bans, NEG_INF, logits)
 
-    return tf.cond(tf.reduce_any(size > 0), banned, lambda: logits)
+    logits = tf.cond(tf.reduce_any(size > 0), banned, lambda: logits)
+    if not isinstance(steering.avoid, tf.Tensor):
+        return logits
+
+    def avoided():
+        bans = _avoid_bans(history, valid, steering.avoid, steering.avoid_continues, vocab)
+        return tf.where(bans & free[:, None], NEG_INF, logits)
+
+    return tf.cond(tf.reduce_any(tf.not_equal(steering.avoid, PAD_ID)), avoided,
+                   lambda: logits)
 
 
 def force_prefix(log_probs, step, steering: Steering):
