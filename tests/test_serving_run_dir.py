@@ -149,11 +149,15 @@ def test_a_checkpoint_of_another_model_is_refused(run_dir, tmp_path):
 
 @pytest.mark.slow
 def test_run_dir_export_and_translate_script_agree(run_dir, tmp_path):
+    """A run dir's export and the run dir itself translate alike. The export holds
+    serving_default alone (what is read here); conftest's `tiny_export` is the full
+    six-signature export."""
     path, _ = run_dir
     model, _, spm_bytes = load_run_dir(Transformer, path)
     texts = [b"A dog runs.", b"", b"\xff bad", "Zwei Männer".encode()]
     expected = Translator(model, spm_bytes, beam_size=2, extra_length=3)(tf.constant(texts))
-    version = export_run_dir(path, str(tmp_path / "export"), beam_size=2, extra_length=3)
+    version = export_run_dir(path, str(tmp_path / "export"), beam_size=2, extra_length=3,
+                             signatures=["serving_default"])
     exported = tf.saved_model.load(version).signatures["serving_default"](text=texts)
     assert exported["translation"].numpy().tolist() == expected["translation"].numpy().tolist()
     translate = load_translate_fn(path, beam_size=2, alpha=0.6, extra_length=3, batch_size=3)
@@ -393,12 +397,17 @@ def test_export_script_help_explains_every_flag(capsys):
 def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_path):
     """Limits and search rules from the flags land in the config asset; re-exporting a
     version's variables keeps every decoding option no flag sets (a flag wins) and gives
-    a new version that translates as the first one does with those options."""
+    a new version that translates as the first one does with those options.
+
+    Each version holds only the signatures read here (--signatures: translate_with_options
+    in the first, serving_default alone in the second); conftest's `tiny_export` is the
+    full six-signature export the other tests serve."""
     main = load_script("export").main
     base = str(tmp_path / "export")
     assert main(["--model", run_dir[0], "--export-dir", base, "--beam-size", "2",
                  "--alpha", "1.3", "--extra-length", "3", "--max-input-tokens", "12",
-                 "--batch-threads", "3", "--stopping", "finished"]) == 0
+                 "--batch-threads", "3", "--stopping", "finished",
+                 "--signatures", "translate_with_options"]) == 0
     first = os.path.join(base, "1")
     with open(os.path.join(first, "assets", "config.json"), encoding="utf-8") as f:
         decoding = json.load(f)["decoding"]
@@ -407,7 +416,8 @@ def test_export_script_run_dir_then_re_export_of_the_saved_model(run_dir, tmp_pa
     with open(os.path.join(first, "assets.extra", "batching_parameters.txt"),
               encoding="utf-8") as f:
         assert "num_batch_threads { value: 3 }" in f.read()
-    assert main(["--model", first, "--export-dir", base, "--alpha", "0.6"]) == 0  # a flag wins
+    assert main(["--model", first, "--export-dir", base, "--alpha", "0.6",  # a flag wins
+                 "--signatures", "serving_default"]) == 0
     with open(os.path.join(base, "2", "assets", "config.json"), encoding="utf-8") as f:
         assert json.load(f)["decoding"] == dict(decoding, alpha=0.6)  # the others: first's
     texts = tf.constant(["A dog runs.", "", "Zwei Männer " * 9])
