@@ -217,7 +217,7 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
         steering=() if steering is None else steering)
     if has_constraints(steering):
         state = state._replace(constraint_state=constraints.initial_state(
-            steering.constraints, beam_size))
+            steering.constraints, beam_size, steering.constraint_continues))
     if prefill_prefix and prefill.can_prefill(start, steering):
         state = prefill.prefill(state, start, steering, beam_size, eos, pad_id, bos_id,
                                 static_cache)

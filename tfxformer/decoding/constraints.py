@@ -66,10 +66,14 @@ _INCOMPLETE = 1e6
 
 class ConstraintState(NamedTuple):
     """Per alive hypothesis: met (B', K, T) bool, the constraint tokens it has written;
-    last (B', K) int32, the last met token (-1: none since)."""
+    last (B', K) int32, the last met token (-1: none since). Per sentence, worked out once
+    per search (or () to work them out at each step): the phrases' places
+    (:class:`tfxformer.decoding.phrases.Layout`) and twins (:func:`standing`)."""
 
     met: tf.Tensor
     last: tf.Tensor
+    places: object = ()
+    twins: object = ()
 
 
 class Selection(NamedTuple):
@@ -100,11 +104,16 @@ def present(constraints) -> tf.Tensor:
     return tf.reduce_any(tf.not_equal(constraints, PAD_ID))
 
 
-def initial_state(constraints, beam_size) -> ConstraintState:
-    """Nothing met: (B, K, T) False, (B, K) -1."""
+def initial_state(constraints, beam_size, continues=None) -> ConstraintState:
+    """Nothing met: (B, K, T) False, (B, K) -1; with the `continues` flags, the phrases'
+    places and twins too."""
     batch, columns = tf.shape(constraints)[0], tf.shape(constraints)[1]
+    places, twins = (), ()
+    if continues is not None:
+        places = phrases.layout(constraints, continues)
+        twins = phrases.twins(constraints, places)
     return ConstraintState(tf.zeros([batch, beam_size, columns], tf.bool),
-                           tf.fill([batch, beam_size], -1))
+                           tf.fill([batch, beam_size], -1), places, twins)
 
 
 def _phrases(constraints, continues):
@@ -169,8 +178,10 @@ def standing(history, length, state, constraints, continues, vocab) -> Standing:
     the first `length` () int32 written: a phrase given n times is written n times,
     never more, so the token that would complete one more occurrence of a phrase whose
     copies are all met is banned (set to NEG_INF before the softmax by the search)."""
-    places = phrases.layout(constraints, continues)
-    twins = phrases.twins(constraints, places)
+    places, twins = state.places, state.twins
+    if not isinstance(places, phrases.Layout):
+        places = phrases.layout(constraints, continues)
+        twins = phrases.twins(constraints, places)
     completes = phrases.completions(history, length, constraints, places)
     _, done = _done(state.met, places, twins)
     copies = tf.reduce_sum(tf.cast(twins, tf.int32), axis=-1)[:, None, :]  # (B', 1, T)
@@ -271,7 +282,8 @@ def select(log_probs, alive_log_probs, state, constraints, continues, ended_fn, 
                                  picked[:, k:]),
         incomplete=tf.gather(bank < needed, chosen, batch_dims=1),
         constraint_state=ConstraintState(tf.gather(met, alive, batch_dims=1),
-                                         tf.gather(last, alive, batch_dims=1)))
+                                         tf.gather(last, alive, batch_dims=1), state.places,
+                                         state.twins))
 
 
 def _candidates(total, state, constraints, continues):
