@@ -1,6 +1,7 @@
 """tfxformer.serving: in-graph translation, SavedModel export, and what serves it."""
 
 import base64
+import contextlib
 import importlib.util
 import io
 import itertools
@@ -41,6 +42,32 @@ ROBUST_INPUTS = [
 
 
 DATA = SHARED_DATA
+
+
+@contextlib.contextmanager
+def saved_models_loaded_once():
+    """`tf.saved_model.load` remembered by path inside the block (a tiny full export takes
+    seconds of CPU to load, and the first call of each of its signatures as many again):
+    for tests whose subject is what the loaders and scripts do with a loaded export, not
+    the loading itself (tested here). Yields {realpath: loaded object}."""
+    loaded, load = {}, tf.saved_model.load
+
+    def load_once(path, *args, **kwargs):
+        key = os.path.realpath(os.fspath(path))
+        if key not in loaded:
+            loaded[key] = load(path, *args, **kwargs)
+        return loaded[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tf.saved_model, "load", load_once)
+        yield loaded
+
+
+@pytest.fixture
+def load_each_saved_model_once():
+    """saved_models_loaded_once() for one test."""
+    with saved_models_loaded_once() as loaded:
+        yield loaded
 
 
 def train_sentencepiece(lines=2000):

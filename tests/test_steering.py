@@ -6,7 +6,7 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 from conftest import tiny_export_translator
-from test_serving import ROBUST_INPUTS, run_script
+from test_serving import ROBUST_INPUTS, run_script, saved_models_loaded_once
 
 from tfxformer import pretrained
 from tfxformer.decoding import EOS_ID, beam_search
@@ -26,6 +26,26 @@ def translator(tiny_export, spm_model):
 @pytest.fixture(scope="module")
 def processor(spm_model):
     return spm.SentencePieceProcessor(model_proto=spm_model)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _export_loaded_once():
+    """The tiny export is loaded once for the module: load_nbest_fn and translate.py here
+    test what is done with it (test_serving.py tests loading it)."""
+    with saved_models_loaded_once():
+        yield
+
+
+@pytest.fixture(scope="module")
+def reference_search(translator):
+    """beam_search over the translator's model with the export's options, as one
+    tf.function (eagerly the search runs op by op): source (1, S) -> BeamSearchOutput."""
+    @tf.function(input_signature=[tf.TensorSpec([1, None], tf.int32)])
+    def search(source):
+        return beam_search(translator.model, source, beam_size=3, alpha=0.6, extra_length=4,
+                           max_output_length=translator.max_output_tokens,
+                           stopping=translator.options.stopping)
+    return search
 
 
 def nbest_inputs(size, beam_size=3, num_hypotheses=3, alpha=0.6, extra_length=4,
@@ -49,7 +69,7 @@ def _lists(out):
     return [[t.decode("utf-8") for t in row] for row in out["translations"].numpy()]
 
 
-def test_nbest_lists_are_the_beam_searchs_hypotheses(translator, processor):
+def test_nbest_lists_are_the_beam_searchs_hypotheses(translator, processor, reference_search):
     """Each text's list is its beam's hypotheses, best first, with their scores; the first
     is what translate_per_example returns; "" / -inf pad a list to the batch's widest."""
     counts = [3, 2, 3, 1, 2]
@@ -67,10 +87,7 @@ def test_nbest_lists_are_the_beam_searchs_hypotheses(translator, processor):
         if not text:  # a blank text: the empty translation, score 0
             assert _lists(out)[i][0] == "" and scores[0] == 0.0
             continue
-        beams = beam_search(translator.model, [processor.encode(text) + [EOS_ID]],
-                            beam_size=3, alpha=0.6, extra_length=4,
-                            max_output_length=translator.max_output_tokens,
-                            stopping=translator.options.stopping)
+        beams = reference_search(tf.constant([processor.encode(text) + [EOS_ID]]))
         expected = translator.detokenize(beams.ids[0], beams.lengths[0]).numpy()
         assert _lists(out)[i][:counts[i]] == [t.decode() for t in expected[:counts[i]]]
         np.testing.assert_allclose(scores[:counts[i]], beams.scores[0, :counts[i]], rtol=1e-5)
