@@ -31,6 +31,11 @@ output as whole words (`inside_a_longer_word` counts the others found as a part 
 word); BLEU: sacrebleu's corpus BLEU of the 200 outputs against the references,
 constrained and not.
 
+`--compare`: an export of the same model with the input, made by other code (e.g. a former
+commit's: `git archive COMMIT tfxformer scripts`, as above); each setting of it is timed in
+the same rounds, next to this export's, and the log gives this export's time over its,
+round by round, and whether their translations are the same.
+
 With `--before`, the ratio of the no-constraint pass's time to the older export's, round by
 round (the two passes of a round run next to each other), and whether their translations
 are the same. Log lines on stderr; the result JSON (with the load average of each figure)
@@ -174,6 +179,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="an export with the constraints input")
     ap.add_argument("--before", help="an export of the same model without that input")
+    ap.add_argument("--compare", help="an export with the input made by other code, "
+                    "timed beside --model in every setting")
     ap.add_argument("--source", default=os.path.join(DATA, "test_2016_flickr.en"))
     ap.add_argument("--reference", default=os.path.join(DATA, "test_2016_flickr.de"))
     ap.add_argument("--limit", type=int, default=200, help="first N sentences (200)")
@@ -190,13 +197,26 @@ def main(argv=None):
         before = Signature(args.before)
         assert not before.takes, f"{args.before} already takes constraints"
         configs.append(("before, no constraints input", before, None))
-    configs.append(("0 phrases", model, [""] * len(texts)))
+    other = Signature(args.compare) if args.compare else None
+    assert other is None or other.takes, f"{args.compare} takes no constraints"
     wanted = {}
-    for count in (1, 2, 4):
+    for count in (0, 1, 2, 4):
         constraints = [first_words(r, count) for r in references]
-        wanted[f"{count} phrases"] = [c.split("\t") if c else [] for c in constraints]
+        if count:
+            wanted[f"{count} phrases"] = [c.split("\t") if c else [] for c in constraints]
         configs.append((f"{count} phrases", model, constraints))
+        if other is not None:
+            configs.append((f"{count} phrases, compared", other, constraints))
     timings = speeds(configs, texts, args.batch_size, args.repeats)
+    if other is not None:
+        result["time_ratio_to_compared"] = {}
+        for count in (0, 1, 2, 4):
+            now, then = timings[f"{count} phrases"], timings[f"{count} phrases, compared"]
+            ratios = [round(a / b, 3) for a, b in zip(now[3], then[3], strict=True)]
+            result["time_ratio_to_compared"][f"{count} phrases"] = {
+                "per_round": ratios, "median": statistics.median(ratios),
+                "same_translations": now[0] == then[0]}
+        log(f"time / compared: {result['time_ratio_to_compared']}")
     if args.before:  # a batch without constraints: the translations of before, as fast?
         now, then = timings["0 phrases"], timings["before, no constraints input"]
         result["no_constraints_same_as_before"] = now[0] == then[0]
@@ -209,9 +229,10 @@ def main(argv=None):
     for name, (out, speed, loads, seconds) in timings.items():
         row = result["speed"][name] = {"sent_per_s": speed, "load": loads,
                                        "seconds": [round(x, 3) for x in seconds]}
-        if name in wanted:
-            row.update(phrases=sum(map(len, wanted[name])),
-                       term_accuracy=score(out, wanted[name], references)["term_accuracy"])
+        key = name.split(",")[0]
+        if key in wanted:
+            row.update(phrases=sum(map(len, wanted[key])),
+                       term_accuracy=score(out, wanted[key], references)["term_accuracy"])
         log(f"{name}: {json.dumps(row)}")
     plain = model.translate(texts, [""] * len(texts), args.batch_size)
 
