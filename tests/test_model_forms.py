@@ -6,6 +6,11 @@ there and the forms it takes. EXPECTED is that table, cell by cell: OK, or a pat
 the error, or "as FORM" where the locator gives the path FORM's kind, so that FORM's cell
 runs the same code. The forms are built once per module from conftest's small trained run.
 
+The ensemble and multilingual exports hold the signatures the tools read
+(SERVED_SIGNATURES: serving_default, translate_with_options for the scripts' decoding
+flags, score); test_ensemble.py and test_multilingual.py export those kinds with all six.
+The preset dir's export, written for real, holds all six.
+
 What every form shares is done once, so that the cells test what differs by form: which
 loader a tool takes it to, with which record. Each SavedModel is loaded once; the scripts
 that translate (translate.py, evaluate.py, distill.py) share one translate function per
@@ -53,6 +58,7 @@ except ImportError:
     HAVE_CT2 = False
 
 LINE = "A dog runs in the park."
+SERVED_SIGNATURES = ["translate_with_options", "score"]  # and serving_default, always
 LANGUAGES = ("de", "fr")
 OK = "ok"
 
@@ -142,7 +148,7 @@ def _multilingual_export(folder, tagged):
                                  max_batch_size=4)
     return export_translator(translator, str(folder / "multilingual"), config={
         "src": "en", "tgt": multilingual.MULTI_TARGET,
-        "train": {"target_languages": ",".join(LANGUAGES)}})
+        "train": {"target_languages": ",".join(LANGUAGES)}}, signatures=SERVED_SIGNATURES)
 
 
 def _fitted_preset(run, directory):
@@ -224,7 +230,7 @@ def forms(one_replica_reference, tmp_path_factory):
              "version_dir": os.path.join(reference["export"], "1"), "preset": preset,
              "ensemble": os.path.dirname(export_ensemble(
                  [reference["run"], preset], str(root / "ensemble"), beam_size=2,
-                 extra_length=4)),
+                 extra_length=4, signatures=SERVED_SIGNATURES)),
              "multilingual": os.path.dirname(_multilingual_export(root, tagged)),
              "ctranslate2": None}
     if HAVE_CT2:
