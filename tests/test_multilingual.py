@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import SHARED_DATA
+from test_serving import load_each_saved_model_once  # noqa: F401  (a fixture)
 
 from tfxformer import Transformer, multilingual
 from tfxformer.data.tokenizer import train_tokenizer
@@ -208,10 +209,14 @@ def test_training_refuses_untagged_sources(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_export_serve_with_target_language(tagged, tmp_path):
+def test_train_export_serve_with_target_language(tagged, tmp_path,
+                                                 load_each_saved_model_once):  # noqa: F811
     """A multilingual run → its vocabulary holds the tags → the export's signatures take
     `target_language` (warm-up records too) → load_translate_fn and evaluate.py translate
-    into the language asked for, with errors for a missing or unknown one."""
+    into the language asked for, with errors for a missing or unknown one.
+
+    The export holds all six signatures (the one test that each takes `target_language`);
+    it is loaded once, and the loaders and evaluate.py share that load."""
     from test_serving import load_script
 
     from tfxformer.serving import (
