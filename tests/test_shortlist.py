@@ -383,7 +383,10 @@ def run_dir_with_data(spm_model, tmp_path_factory):
 @pytest.mark.slow
 def test_export_script_bf16_shortlist_then_re_export(run_dir_with_data, tmp_path):
     """A run dir exported in bf16 computes in bfloat16 and carries the shortlist built from
-    its training data; its re-export takes the table from --shortlist-data, in fp32."""
+    its training data; its re-export takes the table from --shortlist-data, in fp32.
+
+    The bf16 export holds all six signatures (the suite's bf16 export of every one); the
+    re-export, read for its table and record only, holds serving_default alone."""
     run, data = run_dir_with_data
     main = load_script("export").main
     base = str(tmp_path / "export")
@@ -399,7 +402,7 @@ def test_export_script_bf16_shortlist_then_re_export(run_dir_with_data, tmp_path
     assert (config["shortlist"]["pairs"], config["shortlist"]["max_pairs"]) == (100, 100)
     # re-export of that SavedModel, the table from --shortlist-data (all 300 pairs)
     assert main(["--model", os.path.join(base, "1"), "--export-dir", base, "--shortlist",
-                 "2,5", "--shortlist-data", data]) == 0
+                 "2,5", "--shortlist-data", data, "--signatures", "serving_default"]) == 0
     loaded = tf.saved_model.load(os.path.join(base, "2"))
     assert loaded.shortlist_table.shape == (320, 2)
     with open(os.path.join(base, "2", "assets", "config.json"), encoding="utf-8") as f:
