@@ -38,8 +38,15 @@ def _translators(spm_model, xla_max_batch=1):
     return graph, compiled
 
 
-def test_same_translations_as_the_graph_path(spm_model):
-    graph, compiled = _translators(spm_model)
+@pytest.fixture(scope="module")
+def translators(spm_model):
+    """_translators(spm_model) (xla_max_batch 1, as --xla-max-batch 1 exports), shared by
+    the module's tests (each traces its functions once)."""
+    return _translators(spm_model)
+
+
+def test_same_translations_as_the_graph_path(translators):
+    graph, compiled = translators
     assert isinstance(compiled.compiled_search, CompiledSearch)
     assert graph.compiled_search is None
     # One sentence runs the compiled search (padded to its bucket), two the graph path
@@ -50,8 +57,8 @@ def test_same_translations_as_the_graph_path(spm_model):
         assert got["score"].numpy() == pytest.approx(want["score"].numpy(), abs=1e-4)
 
 
-def test_applies_only_to_the_compiled_options(spm_model):
-    _, compiled = _translators(spm_model)
+def test_applies_only_to_the_compiled_options(translators):
+    _, compiled = translators
     search = compiled.compiled_search
     source = tf.ones([2, 5], tf.int32)
     assert bool(search.applies(source[:1], dict(beam_size=3, extra_length=4)))
@@ -61,16 +68,23 @@ def test_applies_only_to_the_compiled_options(spm_model):
                                                     extra_length=tf.constant(5))))
 
 
+# The signatures that run the compiled search (the others decode as without it, and
+# conftest's `tiny_export` exports them): the xla export holds these alone.
+COMPILED_SIGNATURES = ["translate_with_options", "translate_per_example"]
+
+
 @pytest.fixture(scope="module")
-def xla_export(spm_model, tmp_path_factory):
-    """(graph-path translator, version dir of the same weights exported with the compiled
-    search of lone sentences, as `--xla-max-batch 1` exports)."""
+def xla_export(translators, tmp_path_factory):
+    """(graph-path translator, compiled translator, version dir of the same weights
+    exported with the compiled search of lone sentences, as `--xla-max-batch 1` exports;
+    serving_default and COMPILED_SIGNATURES)."""
     from tfxformer.serving import export_translator
 
-    graph, compiled = _translators(spm_model)  # xla_max_batch 1, as --xla-max-batch 1 exports
+    graph, compiled = translators
     folder = tmp_path_factory.mktemp("xla_export")
     return graph, compiled, export_translator(compiled, str(folder / "tiny"),
-                                              config={"src": "en", "tgt": "de"})
+                                              config={"src": "en", "tgt": "de"},
+                                              signatures=COMPILED_SIGNATURES)
 
 
 @pytest.mark.slow  # exports and loads a SavedModel
