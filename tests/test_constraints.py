@@ -5,6 +5,7 @@ constrained beam search with dynamic beam allocation, in process, in the exporte
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_serving import saved_models_loaded_once
 from test_shortlist import spm_table  # noqa: F401  (the fixture: a shortlist of spm_model)
 
 from tfxformer.decoding import EOS_ID, DecodeStart, beam_search, greedy_decode
@@ -14,6 +15,14 @@ from tfxformer.decoding.constraints import ConstraintState, _advance
 from tfxformer.decoding.steering import make_steering
 
 VOCAB = 30
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _export_loaded_once():
+    """conftest's tiny export is loaded once for the module: load_nbest_fn and translate.py
+    here test what they do with it (test_serving.py tests loading it)."""
+    with saved_models_loaded_once():
+        yield
 
 
 def bigram_start(source_ids, beams, extra_length=12, seed=3):
