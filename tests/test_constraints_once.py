@@ -38,7 +38,7 @@ SIGNATURE = [tf.TensorSpec([None, COLUMNS], tf.int32)] + [
                                                      tf.bool)]
 
 
-@tf.function(input_signature=SIGNATURE)
+@tf.function(input_signature=SIGNATURE, autograph=False)
 def _search(liked, tokens, continues, prefix, avoid, avoid_continues):
     """One trace for every test: the phrases and prefix are tensors of any width."""
     steering = make_steering(tf.shape(liked)[0], prefix=prefix, constraints=(tokens, continues),
@@ -48,7 +48,7 @@ def _search(liked, tokens, continues, prefix, avoid, avoid_continues):
     return out.ids, out.scores, out.scores > -1e8  # an impossible hypothesis left out
 
 
-@tf.function(input_signature=SIGNATURE)
+@tf.function(input_signature=SIGNATURE, autograph=False)
 def _greedy_and_sampling(liked, tokens, continues, prefix, avoid, avoid_continues):
     """Greedy decoding's and sampling's outputs (B, 2, L) (no constraints)."""
     steering = make_steering(tf.shape(liked)[0], prefix=prefix,
