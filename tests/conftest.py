@@ -208,7 +208,7 @@ LONGEST_FIRST = (
     "test_multiworker.py", "test_reliability_kill.py", "test_serving_run_dir.py",
     "test_pretrained.py", "test_serving.py", "test_ensemble.py", "test_multilingual.py",
     "test_token_cache.py", "test_train_memory.py", "test_decoding.py", "test_transformer.py",
-    "test_serving_cpp.py", "test_serving_signatures.py", "test_reliability_multiworker_loop.py",
+    "test_serving_cpp.py", "test_serving_signatures.py",
 )
 
 
