@@ -4,6 +4,7 @@ search, the Translator over an ensemble, its SavedModel export and scripts/expor
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_serving import load_each_saved_model_once  # noqa: F401  (a fixture)
 
 from tfxformer import Transformer
 from tfxformer.decoding import BOS_ID, EOS_ID, beam_search, greedy_decode
@@ -207,10 +208,15 @@ def _run_dir(model, spm_model, path):
 
 
 @pytest.mark.slow
-def test_ensemble_export_round_trip(members, spm_model, ensemble_translator, tmp_path):
+def test_ensemble_export_round_trip(members, spm_model, ensemble_translator, tmp_path,
+                                    load_each_saved_model_once):  # noqa: F811
     """scripts/export.py --ensemble of a run dir and a preset dir → tf.saved_model.load →
     serving_default gives the in-process ensemble's strings; the export records its
-    members and refuses to load as one model."""
+    members and refuses to load as one model.
+
+    The export holds all six signatures (the suite's ensemble export of every one:
+    test_model_forms.py's holds the ones its tools read). load_translate_fn shares this
+    test's load (its own load of an ensemble export: test_model_forms.py)."""
     import base64
     import json
     import os
