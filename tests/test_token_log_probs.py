@@ -33,6 +33,13 @@ def _search(model, **options):
     return beam_search(model, SOURCE, **options)
 
 
+@pytest.fixture(scope="module")
+def tracked(model):
+    """_search(model, token_log_probs=True), searched once for the module's tests (the
+    search is deterministic; eagerly it runs op by op)."""
+    return _search(model, token_log_probs=True)
+
+
 def _assert_sums(out, alpha, length_normalization):
     """Each real hypothesis' token log-probabilities add up to score × normalizer and
     are 0 after its end."""
@@ -56,27 +63,27 @@ def test_token_log_probs_add_up_to_the_score(model, length_normalization):
     _assert_sums(out, 0.6, length_normalization)
 
 
-def test_default_search_is_unchanged(model):
+def test_default_search_is_unchanged(model, tracked):
     """Without the flag no log-probabilities are returned; with it the hypotheses, scores
     and steps are the same."""
-    plain, tracked = _search(model), _search(model, token_log_probs=True)
+    plain = _search(model)
     assert plain.token_log_probs is None
     for name in ("ids", "lengths", "scores", "steps"):
         np.testing.assert_array_equal(getattr(plain, name), getattr(tracked, name))
 
 
-def test_token_log_probs_equal_teacher_forced_scores(model):
+def test_token_log_probs_equal_teacher_forced_scores(model, tracked):
     """Without steering the search's distribution is the model's: each hypothesis'
     log-probabilities are those of a teacher-forced pass over it."""
-    out = _search(model, token_log_probs=True)
+    out = tracked
     for k in range(3):
         forced = score_targets(model, SOURCE, out.ids[:, k])
         np.testing.assert_allclose(out.token_log_probs[:, k], forced.token_log_probs,
                                    rtol=1e-4, atol=1e-4)
 
 
-def test_static_cache_gives_the_same_token_log_probs(model):
-    dynamic = _search(model, token_log_probs=True)
+def test_static_cache_gives_the_same_token_log_probs(model, tracked):
+    dynamic = tracked
     static = _search(model, token_log_probs=True, static_cache=True)
     np.testing.assert_array_equal(dynamic.ids, static.ids)
     np.testing.assert_allclose(dynamic.token_log_probs, static.token_log_probs, atol=1e-5)
