@@ -36,34 +36,55 @@ def _loss_on_logits(hidden, embeddings, labels, weights, epsilon):
     return tf.reduce_sum(per_token * weights)
 
 
-def _value_and_grads(loss_fn, hidden, embeddings, mode):
+def _values_and_grads(loss_fns, hidden, embeddings, mode):
+    """[loss, d hidden, d embeddings] of each of `loss_fns`, all in one function (one trace,
+    one XLA compilation in modes "graph" and "xla")."""
     def run(hidden):
-        with tf.GradientTape() as tape:
-            tape.watch(hidden)
-            loss = loss_fn(hidden) * 3.0  # an upstream gradient that is not 1
-        d_hidden, d_embeddings = tape.gradient(loss, [hidden, embeddings])
-        return loss, d_hidden, tf.convert_to_tensor(d_embeddings)
+        results = []
+        for loss_fn in loss_fns:
+            with tf.GradientTape() as tape:
+                tape.watch(hidden)
+                loss = loss_fn(hidden) * 3.0  # an upstream gradient that is not 1
+            d_hidden, d_embeddings = tape.gradient(loss, [hidden, embeddings])
+            results.append((loss, d_hidden, tf.convert_to_tensor(d_embeddings)))
+        return results
     if mode != "eager":
         run = tf.function(run, jit_compile=mode == "xla")
-    return [t.numpy().astype("float32") for t in run(hidden)]
+    return [[t.numpy().astype("float32") for t in result] for result in run(hidden)]
+
+
+def _value_and_grads(loss_fn, hidden, embeddings, mode):
+    return _values_and_grads([loss_fn], hidden, embeddings, mode)[0]
+
+
+CHUNK_ROWS = (None, 1000, 4, 1)  # no loop; one chunk; 4 of 4 rows; 1 row each
+EPSILONS = (0.1, 0.0)
 
 
 @pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
-@pytest.mark.parametrize("epsilon", [0.1, 0.0])
-@pytest.mark.parametrize("chunk_rows", [None, 1000, 4, 1])  # no loop; one chunk; 4 of 4 rows
-def test_fused_loss_equals_loss_on_logits(mode, epsilon, chunk_rows):
+def test_fused_loss_equals_loss_on_logits(mode):
+    """Every chunking with both label smoothings, all in one traced function per mode."""
     hidden, embeddings, labels, weights = _case()
-    reference = _value_and_grads(
-        lambda h: _loss_on_logits(h, embeddings, labels, weights, epsilon),
-        hidden, embeddings, mode)
-    fused = _value_and_grads(
-        lambda h: fused_label_smoothed_nll(
+
+    def on_logits(epsilon):
+        return lambda h: _loss_on_logits(h, embeddings, labels, weights, epsilon)
+
+    def fused(epsilon, chunk_rows):
+        return lambda h: fused_label_smoothed_nll(
             h, embeddings, labels, weights, epsilon,
-            chunk_elements=None if chunk_rows is None else chunk_rows * V),
-        hidden, embeddings, mode)
-    for got, want in zip(fused, reference, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    assert np.abs(reference[1][2, 1:]).max() == 0  # padded tokens: no gradient
+            chunk_elements=None if chunk_rows is None else chunk_rows * V)
+
+    cases = [(epsilon, rows) for epsilon in EPSILONS for rows in CHUNK_ROWS]
+    results = _values_and_grads([on_logits(epsilon) for epsilon in EPSILONS]
+                                + [fused(epsilon, rows) for epsilon, rows in cases],
+                                hidden, embeddings, mode)
+    references = dict(zip(EPSILONS, results, strict=False))
+    for (epsilon, rows), result in zip(cases, results[len(EPSILONS):], strict=True):
+        for got, want in zip(result, references[epsilon], strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"epsilon {epsilon}, chunk_rows {rows}")
+    for reference in references.values():
+        assert np.abs(reference[1][2, 1:]).max() == 0  # padded tokens: no gradient
 
 
 def test_fused_loss_bf16_matches_loss_on_logits():
