@@ -32,11 +32,13 @@ def _small_corpus(tmp_path, lines=1500):
 
 
 def _config(data, model_dir, steps, **overrides):
+    # Tokenized on the fly: the token cache gives the same batches (test_token_cache.py)
+    # and resumes like it (test_reliability_kill.py); building it takes seconds per run.
     values = dict(model_dir=str(model_dir), data=data, src="en", tgt="de", preset="tiny",
                   vocab_size=400, batch_tokens=1024, max_length=64, train_steps=steps,
                   warmup_steps=20, checkpoint_every=10, log_every=10, eval_every=0,
                   eval_sentences=0, cpu_devices=2, average_last=0, shuffle_buffer=2000,
-                  dropout=0.0, keep_checkpoints=10)
+                  dropout=0.0, keep_checkpoints=10, token_cache=False)
     values.update(overrides)
     return TrainConfig(**values)
 
