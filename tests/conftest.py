@@ -28,14 +28,6 @@ _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
 
-# Grappler, TensorFlow's graph optimizer, is off in the test processes: it spends seconds on
-# each new function graph (a search's while loop, a train step) that a test runs a few
-# times, and changes what a graph computes only within float rounding. The processes the
-# tests start (the documented commands, the fresh-process and C++-loader checks) run with
-# it, as users do. TFXFORMER_TEST_GRAPPLER=1 keeps it on (bench/README.md, "Test suite").
-if os.environ.get("TFXFORMER_TEST_GRAPPLER") != "1":
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-
 # Multi30k and newstest2014 for the data, training and shipped-model tests: `../shared/data`
 # beside the repository, or the folder that TFXFORMER_SHARED_DATA names.
 SHARED_DATA = os.environ.get("TFXFORMER_SHARED_DATA") or os.path.abspath(
