@@ -11,6 +11,7 @@ model's export (`tiny_export`), a small trained run dir with its export
 changes one of them works on a copy.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,6 +28,30 @@ NUM_LOGICAL_CPUS = 8
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
+
+# Grappler, TensorFlow's graph optimizer, is off in the test processes: it spends seconds on
+# each new function graph (a search's while loop, a train step) that a test runs a few
+# times, and changes what a graph computes only within float rounding. The processes the
+# tests start (the documented commands, the fresh-process and C++-loader checks) run with
+# it, as users do; a test that compares a training in this process with one in a started
+# process trains here under `grappler_on()`. TFXFORMER_TEST_GRAPPLER=1 keeps it on
+# everywhere (bench/README.md, "Test suite").
+GRAPPLER_IN_TESTS = os.environ.get("TFXFORMER_TEST_GRAPPLER") == "1"
+tf.config.optimizer.set_experimental_options(
+    {"disable_meta_optimizer": not GRAPPLER_IN_TESTS})
+
+
+@contextlib.contextmanager
+def grappler_on():
+    """Grappler on for the functions called inside (as in a process the tests start, so
+    that a training here computes what the same training there does, bit for bit)."""
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options(
+            {"disable_meta_optimizer": not GRAPPLER_IN_TESTS})
+
 
 # Multi30k and newstest2014 for the data, training and shipped-model tests: `../shared/data`
 # beside the repository, or the folder that TFXFORMER_SHARED_DATA names.
@@ -144,7 +169,6 @@ def _reference_run(folder, steps, export=False, **flags):
     and loss scalar every update) on test_reliability.tiny_corpus in `folder` (and exports
     it to folder/export with `export`); writes reference.json: {"final": the script's last
     JSON line, "losses": [loss of update 1..]}."""
-    import contextlib
     import importlib.util
     import io
 
@@ -152,7 +176,7 @@ def _reference_run(folder, steps, export=False, **flags):
 
     corpus = tiny_corpus(folder / "data")
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with contextlib.redirect_stdout(out), grappler_on():  # compared with started processes
         if export:
             flags["export_dir"] = str(folder / "export")
         assert train_wmt.main(script_args(corpus, str(folder / "run"), steps,

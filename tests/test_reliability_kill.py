@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import grappler_on
 from test_reliability import (
     KILL_AT_SAVE_ENV,
     TRAIN_WMT,
@@ -116,7 +117,8 @@ def test_sigkill_anywhere_then_restart_ends_like_an_unbroken_run(tmp_path, capsy
     # 4. Run to the end. The restart needs no fresh process (what the kills left is on
     # disk): in this one.
     capsys.readouterr()
-    assert train_wmt.main(args) == 0
+    with grappler_on():  # as in the killed processes and the reference's
+        assert train_wmt.main(args) == 0
     final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert checkpoint_state(model_dir) == (f"ckpt-{STEPS}",
                                            [f"ckpt-{STEPS - 4}", f"ckpt-{STEPS - 2}",
