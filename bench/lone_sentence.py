@@ -8,7 +8,14 @@ alternating sentence by sentence (A/B interleaved: load changes hit all alike), 
 --repeats passes; per model p50 / p95 / mean ms a request, and how many translations equal
 the first model's. `--ct2 float32 int8` adds CTranslate2 on the first model's weights
 (converted by scripts/export.py --format ctranslate2), one sentence a call, in a child
-process run between the passes (it loads no TensorFlow).
+process run between the passes (it loads no TensorFlow). `--cpp` adds each model through
+TF Serving's C++ load-and-run path (tests/cpp/serve_saved_model.cc: `LoadSavedModel`, a
+`Session::Run` a request, compiled with g++ against the installed wheel by
+bench/serving_memory.py): a child process per model and pass replays the export's warm-up
+records (else the first 5 sentences), then the same sentences as PredictionLog records, one
+text each; its rows ("LABEL (C++ loader)") time `Session::Run` alone and give the child's
+peak RSS. An XLA export (`--xla-max-batch`) runs its compiled search there too (a plain
+session compiles with XLA:CPU; TF Serving needs --xla_cpu_compilation_enabled=true).
 
 `--what profile` records --limit single-sentence requests of the first model with the
 TensorFlow profiler and splits the summed op time: tokenize and detokenize (the
@@ -19,7 +26,8 @@ and signature graph; "executor gaps" = wall time minus summed op time; "signatur
 = the wall time of a request of zero texts (the fixed cost of calling the signature).
 
   PYTHONPATH=$PWD python bench/lone_sentence.py --what latency \\
-      --models saved_models/multi30k_en_de NEW_EXPORT --limit 200 --repeats 2 --ct2 float32 int8
+      --models saved_models/multi30k_en_de NEW_EXPORT --limit 200 --repeats 2 --ct2 float32 int8 \\
+      --cpp
   PYTHONPATH=$PWD python bench/lone_sentence.py --what profile --models saved_models/multi30k_en_de
 
 Prints one JSON line at the end.
@@ -32,6 +40,7 @@ import collections
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -40,6 +49,7 @@ import tempfile
 import time
 
 import benchlib as bl
+import serving_memory
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = os.path.join(REPO, "..", "shared", "data", "multi30k", "test_2016_flickr.en")
@@ -60,6 +70,12 @@ def parse_args(argv=None):
     ap.add_argument("--repeats", type=int, default=2, help="passes over them (latency)")
     ap.add_argument("--ct2", nargs="*", default=[], metavar="COMPUTE_TYPE",
                     help="CTranslate2 compute types to time beside (e.g. float32 int8)")
+    ap.add_argument("--cpp", action="store_true",
+                    help="latency: also time each model through TF Serving's C++ "
+                         "load-and-run path (tests/cpp/serve_saved_model.cc, compiled with "
+                         "g++ on first use), a child process per model and pass after the "
+                         "export's warm-up records (else the first 5 sentences); rows "
+                         "'LABEL (C++ loader)' with the child's peak RSS")
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="CT2 intra_threads (default: the cores)")
     ap.add_argument("--pause-pids", nargs="*", type=int, default=[], metavar="PID",
@@ -164,6 +180,46 @@ def run_ct2(args, compute_type, ct2_dir, spm, decoding):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+class CppLoader:
+    """TF Serving's C++ load-and-run path (serving_memory's build of
+    tests/cpp/serve_saved_model.cc) over one model's requests, one sentence each."""
+
+    def __init__(self, folder, lines):
+        self.program = serving_memory.build_program(serving_memory.BUILD_DIR)
+        self.op_library = serving_memory.op_library()
+        self.folder, self.n = folder, len(lines)
+        self.requests = os.path.join(folder, "requests.tfrecord")
+        serving_memory.write_requests(self.requests, lines, 1)
+        self.first5 = os.path.join(folder, "first5.tfrecord")
+        serving_memory.write_requests(self.first5, lines[:5], 1)
+
+    def run(self, path):
+        """One child on the version dir `path`: {"ms": [...], "translations": [...],
+        "peak_rss_mib"} of the requests (the warm-up records before them untimed)."""
+        import tensorflow as tf
+
+        warmup = os.path.join(path, "assets.extra", "tf_serving_warmup_requests")
+        output = os.path.join(self.folder, "out.tfrecord")
+        out, _ = serving_memory.run_child(
+            [self.program, self.op_library, path, output,
+             warmup if os.path.exists(warmup) else self.first5, self.requests],
+            dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        lines = [line.split() for line in out.splitlines()]
+        ms = [float(f[2]) for f in lines if f[:1] == ["run_ms"]]
+        # its own VmHWM: wait4's ru_maxrss counts this process's resident memory at the fork
+        peak = round(next(float(f[1]) for f in lines if f[:1] == ["peak_rss_mib"]), 1)
+        records = [r.numpy() for r in tf.data.TFRecordDataset(output)]  # name, tensor, ...
+        # the requests are the last records, one translation each
+        raw = [raw for name, raw in zip(records[::2], records[1::2], strict=True)
+               if name == b"serving_default/translation"][-self.n:]
+        translations = []
+        for serialized in raw:
+            proto = tf.make_tensor_proto(0)
+            proto.ParseFromString(serialized)
+            translations.append(tf.make_ndarray(proto)[0].decode())
+        return {"ms": ms[-self.n:], "translations": translations, "peak_rss_mib": peak}
+
+
 def latency(args):
     import tensorflow as tf
 
@@ -182,13 +238,17 @@ def latency(args):
                        check=True, capture_output=True, env=dict(os.environ, PYTHONPATH=REPO))
         decoding = models[0][1]["decoding"]
         spm = os.path.join(models[0][2], "assets", "spm.model")
+    cpp = CppLoader(tempfile.mkdtemp(prefix="tfx_lone_cpp_"), lines) if args.cpp else None
     ms = collections.defaultdict(list)
-    first, same = {}, collections.Counter()
+    first, same, peaks = {}, collections.Counter(), {}
     load_before = os.getloadavg()[0]
     with paused(args.pause_pids):
         passes(args, labels, models, lines, ms, first, same, ct2_dir, spm if args.ct2 else None,
-               decoding if args.ct2 else None)
-    rows = {label: {**percentiles(values), "same_as_first": f"{same[label]}/{len(values)}"}
+               decoding if args.ct2 else None, cpp, peaks)
+    if cpp:
+        shutil.rmtree(cpp.folder, ignore_errors=True)
+    rows = {label: {**percentiles(values), "same_as_first": f"{same[label]}/{len(values)}",
+                    **({"peak_rss_mib": peaks[label]} if label in peaks else {})}
             for label, values in ms.items()}
     for label, row in rows.items():
         bl.log(f"{label}: {row}")
@@ -203,9 +263,9 @@ def latency(args):
              **bl.machine()})
 
 
-def passes(args, labels, models, lines, ms, first, same, ct2_dir, spm, decoding):
+def passes(args, labels, models, lines, ms, first, same, ct2_dir, spm, decoding, cpp, peaks):
     """The timed passes: TF models alternating sentence by sentence, then CT2 (each type in
-    a child process), --repeats times."""
+    a child process), then the C++ loader (a child process per model), --repeats times."""
     import tensorflow as tf
 
     for _ in range(args.repeats):
@@ -222,6 +282,14 @@ def passes(args, labels, models, lines, ms, first, same, ct2_dir, spm, decoding)
             label = f"ct2-{compute_type}"
             ms[label] += result["ms"]
             same[label] += sum(a == first[i] for i, a in enumerate(result["translations"]))
+        for label, (_, _, path) in zip(labels, models, strict=True):
+            if cpp is None:
+                break
+            result = cpp.run(path)
+            label = f"{label} (C++ loader)"
+            ms[label] += result["ms"]
+            same[label] += sum(a == first[i] for i, a in enumerate(result["translations"]))
+            peaks[label] = max(peaks.get(label, 0), result["peak_rss_mib"])
 
 
 def batch(args):

@@ -38,6 +38,7 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(REPO, "tests", "cpp", "serve_saved_model.cc")
+BUILD_DIR = os.path.join(tempfile.gettempdir(), "tfxformer_cpp")  # the compiled loader's
 
 
 def _rss_mib(field: str = "VmRSS") -> float:
@@ -106,16 +107,26 @@ def build_program(build_dir: str) -> str:
     return binary
 
 
-def _child(cmd: list[str], env: dict) -> tuple[str, float]:
+def op_library() -> str:
+    """tensorflow-text's SentencePiece op library, the C++ loader's first argument."""
+    import tensorflow_text
+
+    return os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops",
+                        "_sentencepiece_tokenizer.so")
+
+
+def run_child(cmd: list[str], env: dict) -> tuple[str, float]:
     """(stdout, peak RSS MiB) of `cmd` run to its end."""
-    with tempfile.TemporaryFile("w+") as out:
-        process = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.DEVNULL)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
-        text = out.read()
+        err.seek(0)
+        text, errors = out.read(), err.read()
     if process.returncode:
-        raise RuntimeError(f"{cmd[:3]} failed ({process.returncode}): {text[-2000:]}")
+        raise RuntimeError(f"{cmd[:3]} failed ({process.returncode}): {text[-1000:]}"
+                           f"{errors[-2000:]}")
     return text, round(usage.ru_maxrss / 1024, 1)
 
 
@@ -134,7 +145,7 @@ def main(argv=None) -> int:
     parser.add_argument("--env", nargs="*", default=[], metavar="NAME=VALUE",
                         help="one variant more per entry: environment settings, several "
                              "joined by commas, e.g. TF_ENABLE_ONEDNN_OPTS=0")
-    parser.add_argument("--build-dir", default=os.path.join(tempfile.gettempdir(), "tfxformer_cpp"),
+    parser.add_argument("--build-dir", default=BUILD_DIR,
                         help="where the compiled C++ loader is kept (default: %(default)s)")
     parser.add_argument("--role", default="drive", choices=["drive", "python"],
                         help=argparse.SUPPRESS)
@@ -158,16 +169,12 @@ def main(argv=None) -> int:
         commands = {"python": [sys.executable, __file__, "--role", "python", "--model",
                                args.model, "--data", args.data, "--requests", requests]}
         if "cpp" in args.loaders:
-            import tensorflow_text
-
-            op_library = os.path.join(os.path.dirname(tensorflow_text.__file__), "python",
-                                      "ops", "_sentencepiece_tokenizer.so")
-            commands["cpp"] = [build_program(args.build_dir), op_library, args.model,
+            commands["cpp"] = [build_program(args.build_dir), op_library(), args.model,
                                os.path.join(tmp, "out.tfrecord"), warmup, requests]
         for variant in variants:
             for loader in args.loaders:
                 env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, **variant)
-                out, peak = _child(commands[loader], env)
+                out, peak = run_child(commands[loader], env)
                 files = None
                 if loader == "python":
                     report = json.loads(out.strip().splitlines()[-1])

@@ -9,9 +9,14 @@
 // as TF Serving's warm-up does at load. OUTPUT_TFRECORD gets, per request and per output key
 // in sorted order, a record "<signature>/<key>" then the output's serialized TensorProto.
 // Stdout: "rss_mib STAGE MiB" lines (resident memory with the runtime and op library
-// loaded, with the SavedModel loaded, after each REQUESTS_TFRECORD), then "ran N requests".
+// loaded, with the SavedModel loaded, after each REQUESTS_TFRECORD), a "run_ms INDEX MS" line
+// per request (the wall time of its Session::Run, steady clock; INDEX counts from 0 over all
+// files), "peak_rss_mib MiB" (VmHWM: this program's own peak, which a parent's wait4
+// ru_maxrss can hide: it counts the parent's resident memory at the fork), then
+// "ran N requests".
 // The PredictionLog is read field by field with protobuf's CodedInputStream, since the
 // wheel has no generated C++ classes for the tensorflow_serving protos.
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -95,16 +100,19 @@ bool ParsePredictionLog(const std::string& record, Request* request) {
   return !request->inputs.empty();
 }
 
-// "rss_mib STAGE MiB" on stdout: this process's resident memory (VmRSS) at STAGE.
-void ReportResident(const std::string& stage) {
+// "NAME MiB" on stdout: FIELD ("VmRSS:", "VmHWM:") of /proc/self/status, kB, in MiB.
+void ReportStatus(const std::string& field, const std::string& name) {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      std::cout << "rss_mib " << stage << " " << std::stol(line.substr(6)) / 1024.0 << std::endl;
+    if (line.rfind(field, 0) == 0) {
+      std::cout << name << " " << std::stol(line.substr(field.size())) / 1024.0 << std::endl;
     }
   }
 }
+
+// "rss_mib STAGE MiB" on stdout: this process's resident memory (VmRSS) at STAGE.
+void ReportResident(const std::string& stage) { ReportStatus("VmRSS:", "rss_mib " + stage); }
 
 int Fail(const std::string& message) {
   std::cerr << "error: " << message << std::endl;
@@ -159,8 +167,11 @@ int main(int argc, char** argv) {
       std::vector<std::string> names;
       for (const auto& [key, name] : outputs) names.push_back(name);
       std::vector<tensorflow::Tensor> fetched;
+      auto start = std::chrono::steady_clock::now();
       tensorflow::Status ran = bundle.session->Run(feeds, names, {}, &fetched);
+      std::chrono::duration<double, std::milli> run_ms = std::chrono::steady_clock::now() - start;
       if (!ran.ok()) return Fail("Session::Run(" + request.signature + "): " + ran.ToString());
+      std::cout << "run_ms " << count << " " << run_ms.count() << "\n";
       int j = 0;
       for (const auto& [key, name] : outputs) {
         tensorflow::TensorProto proto;
@@ -175,6 +186,7 @@ int main(int argc, char** argv) {
     ReportResident("after_" + std::to_string(i - 3));
   }
   if (!writer.Close().ok() || !file->Close().ok()) return Fail("cannot close output");
+  ReportStatus("VmHWM:", "peak_rss_mib");
   std::cout << "ran " << count << " requests" << std::endl;
   return 0;
 }
