@@ -525,6 +525,11 @@ def main(plan_path, result_path):
 def run_steps(plan, result_path):
     import time
 
+    if any(step["kind"] == "python" and re.search(r"\b(tfxformer|tensorflow)\b", step["code"])
+           for step in plan["steps"]):
+        from docs_fork import grappler_off
+
+        grappler_off()  # the blocks' functions run without it, as the forked commands
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.getcwd()] + [p for p in sys.path if os.path.abspath(p or ".") != here]
     namespace = {"__name__": "__main__"}

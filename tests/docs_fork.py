@@ -122,12 +122,25 @@ def _log_cpu():
             f.write(f"{usage.ru_utime + usage.ru_stime + children.ru_utime + children.ru_stime}\n")
 
 
+def grappler_off():
+    """Grappler (TensorFlow's graph optimizer) off in this process and its forks, as in the
+    test processes (tests/conftest.py; TFXFORMER_TEST_GRAPPLER=1 keeps it on): it spends
+    about a second on a loaded model's first call and more on a training step, and changes
+    what a documented command computes only within float rounding. Sets an option; runs
+    no op (the fork stays safe)."""
+    if os.environ.get("TFXFORMER_TEST_GRAPPLER") != "1":
+        import tensorflow as tf
+
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+
 def serve(path):
     import importlib
     import signal
 
     for name in PRELOADED:
         importlib.import_module(name)
+    grappler_off()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)

@@ -23,7 +23,8 @@ scripts/NAME.py ...` of a shell command starts as a fork of a process that has i
 TensorFlow and the package (tests/docs_fork.py: the same arguments, directory, environment
 and streams, without the 4.5 s of CPU each new interpreter spends importing them; a command
 that sets TF_* or other import-time variables gets a new interpreter; DOCS_TEST_FORK=0 gives
-every command one).
+every command one). The forked commands and a page's python blocks run with Grappler off,
+as the test processes (tests/conftest.py; TFXFORMER_TEST_GRAPPLER=1 keeps it on).
 
 Shared between pages: a command that reads only what every scratch root holds unchanged
 (the shipped models saved_models/multi30k_*, ../shared, the tiny corpus below) and writes
