@@ -6,9 +6,10 @@ bash scripts/setup_env.sh
 . .venv/bin/activate
 export TF_CPP_MIN_LOG_LEVEL=3
 ruff check .
-# Two workers (CI has 2 cores; much of a test's time is single-threaded tracing and
-# process start-up); a file's tests stay in one worker (module fixtures are built once).
+# Three workers on CI's 2 cores (a worker often waits: on a process a test started, a
+# shared build, a file lock; three keep both cores busy); a file's tests stay in one
+# worker (module fixtures are built once).
 # The trained run dir, exports and references that several files use are built once per
 # session and shared by both workers; the longest files start first (tests/conftest.py).
 # The 20 slowest tests are listed at the end: what to look at when the suite grows.
-python -m pytest -q -p no:warnings -n 2 --dist loadfile --durations=20 tests "$@"
+python -m pytest -q -p no:warnings -n 3 --dist loadfile --durations=20 tests "$@"

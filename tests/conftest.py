@@ -221,8 +221,8 @@ def one_worker_reference(tmp_path_factory):
                       steps_per_loop=1)
 
 
-# The longest files first, so that `pytest -n 2 --dist loadfile` (scripts/test.sh) does not
-# start one of them last while the other worker idles: first a builder of each shared build
+# The longest files first, so that `pytest -n 3 --dist loadfile` (scripts/test.sh) does not
+# start one of them last while the other workers idle: first a builder of each shared build
 # above (one_replica_reference, one_worker_reference, tiny_export), then test_docs_run.py
 # (every documented command, minutes of work), the files that use the builds, then the rest
 # in their usual order.
