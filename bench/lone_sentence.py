@@ -282,14 +282,13 @@ def passes(args, labels, models, lines, ms, first, same, ct2_dir, spm, decoding,
             label = f"ct2-{compute_type}"
             ms[label] += result["ms"]
             same[label] += sum(a == first[i] for i, a in enumerate(result["translations"]))
-        for label, (_, _, path) in zip(labels, models, strict=True):
-            if cpp is None:
-                break
-            result = cpp.run(path)
-            label = f"{label} (C++ loader)"
-            ms[label] += result["ms"]
-            same[label] += sum(a == first[i] for i, a in enumerate(result["translations"]))
-            peaks[label] = max(peaks.get(label, 0), result["peak_rss_mib"])
+        if cpp is not None:
+            for label, (_, _, path) in zip(labels, models, strict=True):
+                result = cpp.run(path)
+                label = f"{label} (C++ loader)"
+                ms[label] += result["ms"]
+                same[label] += sum(a == first[i] for i, a in enumerate(result["translations"]))
+                peaks[label] = max(peaks.get(label, 0), result["peak_rss_mib"])
 
 
 def batch(args):

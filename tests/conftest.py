@@ -20,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from docs_fork import grappler_off  # noqa: E402
 from filelock import FileLock  # noqa: E402
 
 # The paper trained on 8 GPUs; tests split the CPU into 8 logical devices instead. This must
@@ -36,9 +37,7 @@ tf.config.set_logical_device_configuration(
 # it, as users do; a test that compares a training in this process with one in a started
 # process trains here under `grappler_on()`. TFXFORMER_TEST_GRAPPLER=1 keeps it on
 # everywhere (bench/README.md, "Test suite").
-GRAPPLER_IN_TESTS = os.environ.get("TFXFORMER_TEST_GRAPPLER") == "1"
-tf.config.optimizer.set_experimental_options(
-    {"disable_meta_optimizer": not GRAPPLER_IN_TESTS})
+grappler_off()
 
 
 @contextlib.contextmanager
@@ -49,8 +48,7 @@ def grappler_on():
     try:
         yield
     finally:
-        tf.config.optimizer.set_experimental_options(
-            {"disable_meta_optimizer": not GRAPPLER_IN_TESTS})
+        grappler_off()
 
 
 # Multi30k and newstest2014 for the data, training and shipped-model tests: `../shared/data`
