@@ -14,6 +14,7 @@ changes one of them works on a copy.
 import contextlib
 import json
 import os
+import resource
 import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -232,6 +233,26 @@ LONGEST_FIRST = (
     "test_token_cache.py", "test_train_memory.py", "test_decoding.py", "test_transformer.py",
     "test_serving_cpp.py", "test_serving_signatures.py",
 )
+
+
+# TFXFORMER_TEST_CPU_LOG=FILE: each test's CPU seconds (this process and the processes it
+# started and waited for; a module's fixtures count for its first test) appended to FILE as
+# "seconds<TAB>test id" lines: where the suite's CPU goes (bench/README.md, "Test suite").
+CPU_LOG = os.environ.get("TFXFORMER_TEST_CPU_LOG")
+
+
+def _cpu_seconds():
+    return sum(usage.ru_utime + usage.ru_stime for usage in (
+        resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    before = _cpu_seconds() if CPU_LOG else 0.0
+    yield
+    if CPU_LOG:
+        with open(CPU_LOG, "a", encoding="utf-8") as f:
+            f.write(f"{_cpu_seconds() - before:.2f}\t{item.nodeid}\n")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -247,7 +247,12 @@ FRESH_PROCESS = textwrap.dedent("""
             per_example=[t.decode("utf-8") for t in per_example["translation"].numpy()],
             scored=scored["log_prob"].numpy().tolist(),
             sampled=[t.decode("utf-8") for t in sampled["translation"].numpy()])
-    with tf.Graph().as_default(), tf.compat.v1.Session() as session:  # as TF Serving loads
+    # The session loader, as TF Serving loads, with Grappler off from here on (the sessions
+    # below and saved_model_cli's take this process's options): the signatures above ran
+    # with it, and the C++ loader test (test_serving_cpp.py) runs every batchable
+    # signature through a session with it, as TF Serving does.
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
         signature = meta.signature_def["serving_default"]
         fetched = session.run(signature.outputs["translation"].name,
