@@ -199,7 +199,7 @@ def test_export_layout_versions_and_assets(translator, export_dir, tmp_path):
 
 
 FRESH_PROCESS = textwrap.dedent("""
-    import base64, contextlib, io, json, sys
+    import base64, contextlib, io, json, os, sys
     sys.modules["tfxformer"] = None  # importing tfxformer here must fail
     import tensorflow as tf
     from tensorflow.core.protobuf import saved_model_pb2
@@ -247,11 +247,13 @@ FRESH_PROCESS = textwrap.dedent("""
             per_example=[t.decode("utf-8") for t in per_example["translation"].numpy()],
             scored=scored["log_prob"].numpy().tolist(),
             sampled=[t.decode("utf-8") for t in sampled["translation"].numpy()])
-    # The session loader, as TF Serving loads, with Grappler off from here on (the sessions
-    # below and saved_model_cli's take this process's options): the signatures above ran
-    # with it, and the C++ loader test (test_serving_cpp.py) runs every batchable
-    # signature through a session with it, as TF Serving does.
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    # The session loader, as TF Serving loads, with Grappler off from here on as in the test
+    # processes (the sessions below and saved_model_cli's take this process's options;
+    # TFXFORMER_TEST_GRAPPLER=1 keeps it on): the signatures above ran with it, and the C++
+    # loader test (test_serving_cpp.py) runs every batchable signature through a session
+    # with it, as TF Serving does.
+    if os.environ.get("TFXFORMER_TEST_GRAPPLER") != "1":
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
         signature = meta.signature_def["serving_default"]
