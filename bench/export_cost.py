@@ -5,7 +5,8 @@ sentence through each of its beam-search signatures (serving_default,
 translate_with_options, translate_per_example: those it has). Every figure comes from a
 fresh process; the variants alternate `--repeats` times. The variants: now and with
 `--patch per_signature_decode` (each signature tracing its own beam search, as exports
-did before they shared one traced decode), or with `--signature-sets` one export per set
+did before they shared one traced decode) or `--patch per_graph_encoder` (each graph
+tracing its own encoder and teacher-forced decoder), or with `--signature-sets` one export per set
 of `scripts/export.py --signatures` ("all": the default, every signature).
 
   python bench/export_cost.py --model saved_models/multi30k_en_de --repeats 2 \\

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from tfxformer.decoding import shared
 from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.ids import BOS_ID, PAD_ID
 
@@ -40,8 +41,8 @@ class ScoreOutput(NamedTuple):
 def _token_log_probs(model, source_ids, decoder_inputs, target_ids):
     """(B, T) float32 log softmax(logits)[target] of one model, without materializing the
     (B, T, V) log-softmax: logit[target] - logsumexp(logits)."""
-    memory, source_mask = model.encode(source_ids)
-    logits = tf.cast(model.decode(decoder_inputs, memory, source_mask), tf.float32)
+    memory, source_mask = shared.encode(model, source_ids)
+    logits = tf.cast(shared.decode(model, decoder_inputs, memory, source_mask), tf.float32)
     chosen = tf.gather(logits, target_ids, batch_dims=2)  # (B, T)
     return chosen - tf.reduce_logsumexp(logits, axis=-1)
 

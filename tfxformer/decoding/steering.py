@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from tfxformer.decoding import shared
 from tfxformer.decoding.common import NEG_INF
 from tfxformer.decoding.ensemble import ensemble_log_probs, members
 from tfxformer.decoding.phrases import completions, layout, scatter_tokens
@@ -281,7 +282,7 @@ def next_logits(model, source_ids, prefix, lengths):
     inputs = tf.concat([tf.fill([batch, 1], BOS_ID), tf.cast(prefix, tf.int32)], axis=1)
     logits = []
     for member in models:
-        memory, source_mask = member.encode(source_ids)
-        out = member.decode(inputs, memory, source_mask)  # (N, P + 1, V)
+        memory, source_mask = shared.encode(member, source_ids)
+        out = shared.decode(member, inputs, memory, source_mask)  # (N, P + 1, V)
         logits.append(tf.cast(tf.gather(out, lengths, batch_dims=1), tf.float32))
     return logits[0] if len(logits) == 1 else ensemble_log_probs(logits)

@@ -12,7 +12,7 @@ import tensorflow as tf
 from tfxformer import checks, multilingual
 from tfxformer.config import DecodingOptions
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
-from tfxformer.decoding import beam_search, greedy_decode
+from tfxformer.decoding import beam_search, greedy_decode, shared
 from tfxformer.decoding.common import NEG_INF, next_token_log_probs
 from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.sampling import fold_seed, seed_key
@@ -49,8 +49,17 @@ _TARGET_SPEC = tf.TensorSpec([None], tf.string, name="target")
 def _signature(*specs):
     """A signature's `tf.function`. The translator is graph code (tf.while_loop, tf.cond):
     traced without AutoGraph, which would convert every Keras call it reaches (a third of
-    an export's time)."""
-    return tf.function(input_signature=list(specs), autograph=False)
+    an export's time). Every signature of a translator calls one encoder function per
+    model (:mod:`tfxformer.decoding.shared`): an export traces and holds the encoder once."""
+    def decorate(method):
+        @functools.wraps(method)
+        def traced(self, *args):
+            with shared.traced_once(self._shared_functions):
+                return method(self, *args)
+
+        return tf.function(traced, input_signature=list(specs), autograph=False)
+
+    return decorate
 
 
 def sanitize_utf8(text):
@@ -176,6 +185,8 @@ class Translator(tf.Module):
             if not member.built:
                 member.build()
         self.models = models  # tracked: every member's variables are the module's
+        # Each member's encoder and decoder functions, traced once for all the signatures.
+        self.__dict__["_shared_functions"] = {}  # untracked: holds the models again
         self.model = models[0] if len(models) == 1 else self.models
         self.sentencepiece_model = sentencepiece_model  # also written as an export asset
         options = DecodingOptions().replace(

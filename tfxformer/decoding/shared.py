@@ -1,0 +1,77 @@
+"""One traced encoder (and teacher-forced decoder) per model for all the graphs of an export.
+
+An export traces a graph per signature (translate, translate_with_options, translate_nbest,
+score, ...) and each of them encodes its source: without sharing, the encoder's ops are
+built, written and loaded once per place that calls it (six in an export), and the
+teacher-forced decoder once for `score` and once for `translate_nbest`'s alternatives.
+Inside :func:`traced_once`, the searches and scorers of :mod:`tfxformer.decoding` call
+:func:`encode` and :func:`decode`: one `tf.function` each per model, traced once for any
+batch and length, that every graph calls. Each is written once in the SavedModel: an
+export of a shipped model is a fifth smaller and faster to make, and loads in less
+memory (bench/README.md, "Serving memory"). The calls run once per batch, outside the
+search's loop: they add nothing per step.
+
+Outside :func:`traced_once` (a search called on its own, eagerly or in a user's
+`tf.function`), :func:`encode` is `model.encode` and :func:`decode` `model.decode`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+import tensorflow as tf
+
+__all__ = ["decode", "encode", "traced_once"]
+
+# {(id(model), method name): (model, its tf.function)} of the innermost traced_once, or None.
+_FUNCTIONS = contextvars.ContextVar("tfxformer_shared_functions", default=None)
+_IDS = tf.TensorSpec([None, None], tf.int32)
+
+
+@contextlib.contextmanager
+def traced_once(functions: dict):
+    """Within: :func:`encode` and :func:`decode` keep each model's function in `functions`
+    (a dict the caller keeps for as long as its graphs may be traced: one per export)."""
+    token = _FUNCTIONS.set(functions)
+    try:
+        yield
+    finally:
+        _FUNCTIONS.reset(token)
+
+
+def _function(model, name, specs):
+    """The model's shared function `name` of the innermost :func:`traced_once`, or None
+    outside one."""
+    functions = _FUNCTIONS.get()
+    if functions is None:
+        return None
+    entry = functions.get((id(model), name))
+    if entry is None:  # the model is kept with it: its id is never another model's
+        method = getattr(model, name)
+        function = tf.function(lambda *args: method(*args), input_signature=specs,
+                               autograph=False)
+        entry = functions[id(model), name] = (model, function)
+    return entry[1]
+
+
+def encode(model, source_ids):
+    """`model.encode(source_ids)` at inference: ((B, S, D) memory, (B, S) bool source
+    mask); inside :func:`traced_once`, through the model's one encoder function."""
+    function = _function(model, "encode", [_IDS])
+    if function is None:
+        return model.encode(source_ids)
+    return function(tf.cast(source_ids, tf.int32))
+
+
+def decode(model, target_ids, memory, source_mask):
+    """`model.decode(target_ids, memory, source_mask)` at inference (teacher-forced:
+    (B, T, V) float32 logits); inside :func:`traced_once`, through the model's one
+    function."""
+    memory = tf.convert_to_tensor(memory)
+    function = _function(model, "decode", [
+        _IDS, tf.TensorSpec([None, None, memory.shape[-1]], memory.dtype),
+        tf.TensorSpec([None, None], tf.bool)])
+    if function is None:
+        return model.decode(target_ids, memory, source_mask)
+    return function(tf.cast(target_ids, tf.int32), memory, source_mask)
