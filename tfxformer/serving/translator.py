@@ -581,7 +581,9 @@ class Translator(tf.Module):
         lengths = _without_eos(ids, lengths)
         if self.reverse_target:
             ids = tf.reverse_sequence(ids, lengths, seq_axis=1, batch_axis=0)
-        text = tokenizer.detokenize(tf.RaggedTensor.from_tensor(ids, lengths=lengths))
+        real = tf.range(tf.shape(ids)[1])[None, :] < lengths[:, None]
+        text = tokenizer.detokenize(tf.RaggedTensor.from_row_lengths(  # fewer ops than
+            tf.boolean_mask(ids, real), tf.cast(lengths, tf.int64), validate=False))  # from_tensor
         return sanitize_utf8(text)
 
     def _input_limit(self, text, max_input_tokens):
@@ -608,10 +610,18 @@ class Translator(tf.Module):
         pieces = tokenizer.tokenize(text)
         count = tf.cast(pieces.row_lengths(), tf.int32)
         kept = tf.minimum(count, limit - 1)
-        starts = tf.cast(pieces.row_starts(), tf.int32)
-        pieces = tf.gather(pieces.values, tf.ragged.range(starts, starts + kept))
-        eos = tf.fill([tf.shape(text)[0], 1], EOS_ID)
-        pieces = tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1)
+        # Each row: its first `kept` pieces, then EOS, built flat (a ragged gather and
+        # concat would add some hundred ops to every signature's graph).
+        starts = pieces.row_starts()
+        lengths = tf.cast(kept, tf.int64) + 1
+        splits, index = tf.raw_ops.RaggedRange(starts=starts, limits=starts + lengths,
+                                               deltas=tf.constant(1, tf.int64))
+        _, position = tf.raw_ops.RaggedRange(starts=tf.zeros_like(lengths), limits=lengths,
+                                             deltas=tf.constant(1, tf.int64))
+        last = tf.equal(tf.roll(position, -1, axis=0), 0)  # the next is a row's first
+        values = tf.concat([tf.cast(pieces.values, tf.int32), [EOS_ID]], axis=0)
+        flat = tf.where(last, EOS_ID, tf.gather(values, index))
+        pieces = tf.RaggedTensor.from_row_splits(flat, splits, validate=False)
         blank = count == 0 if tag_pieces is None else count <= tag_pieces
         return pieces, cut_chars | (count > kept), blank
 
