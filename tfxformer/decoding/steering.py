@@ -144,11 +144,13 @@ def flatten_constraints(phrases):
     int32 tokens, PAD after; (B, T) bool: token t + 1 is the same phrase's next)."""
     phrases = tf.cast(phrases, tf.int32)
     pieces = phrases.values  # (B·P, None) the phrases' tokens
-    lengths = tf.cast(pieces.row_lengths(), tf.int32)
-    continues = tf.ragged.range(lengths).flat_values < tf.repeat(lengths - 1, lengths)
+    lengths = pieces.row_lengths()
+    _, position = tf.raw_ops.RaggedRange(starts=tf.zeros_like(lengths), limits=lengths,
+                                         deltas=tf.constant(1, lengths.dtype))
+    continues = tf.not_equal(tf.roll(position, -1, axis=0), 0)  # the next is not a first
     splits = tf.gather(pieces.row_splits, phrases.row_splits)  # each sentence's tokens
-    flat = tf.RaggedTensor.from_row_splits(pieces.flat_values, splits)
-    flags = tf.RaggedTensor.from_row_splits(continues, splits)
+    flat = tf.RaggedTensor.from_row_splits(pieces.flat_values, splits, validate=False)
+    flags = tf.RaggedTensor.from_row_splits(continues, splits, validate=False)
     return flat.to_tensor(PAD_ID), flags.to_tensor(False)
 
 

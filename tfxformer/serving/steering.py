@@ -196,17 +196,36 @@ def constraint_pieces(tokenizer, constraints, limit):
                              (limit + 1) * _CHARS_PER_PIECE, unit="UTF8_CHAR")
     phrases = tf.strings.split(text, sep=PHRASE_SEPARATOR)  # (N, None) strings
     pieces = tokenizer.tokenize(phrases.flat_values)  # (N·P, None)
-    pieces = tf.RaggedTensor.from_row_splits(tf.cast(pieces, tf.int32), phrases.row_splits)
-    sizes = tf.cast(pieces.row_lengths(axis=2), tf.int32)  # (N, None) pieces per phrase
-    running = tf.cumsum(sizes.flat_values) - tf.repeat(
-        tf.gather(tf.concat([[0], tf.cumsum(sizes.flat_values)], axis=0),
-                  sizes.row_splits[:-1]), sizes.row_lengths())
-    fits = sizes.with_flat_values((running <= tf.repeat(tf.maximum(limit, 0),
-                                                        sizes.row_lengths()))
-                                  & (sizes.flat_values > 0))
-    kept = tf.ragged.boolean_mask(pieces, fits)
-    total = tf.reduce_sum(sizes, axis=1)
-    return kept, total > tf.cast(tf.reduce_sum(kept.row_lengths(axis=2), axis=1), tf.int32)
+    pieces = tf.RaggedTensor.from_row_splits(tf.cast(pieces, tf.int32), phrases.row_splits,
+                                             validate=False)
+    # Flat over the N·P phrases (a ragged reduce or boolean mask adds scores of ops).
+    sizes = tf.cast(pieces.values.row_lengths(), tf.int32)  # pieces per phrase
+    splits = phrases.row_splits
+    text_of = tf.repeat(tf.range(tf.size(splits, out_type=splits.dtype) - 1),
+                        splits[1:] - splits[:-1])  # (N·P,) each phrase's text
+    ends = tf.cumsum(sizes)
+    before = tf.gather(tf.concat([[0], ends], axis=0), splits[:-1])  # (N,) earlier texts'
+    running = ends - tf.gather(before, text_of)  # pieces of the text's phrases so far
+    fits = (running <= tf.gather(tf.maximum(limit, 0), text_of)) & (sizes > 0)
+    kept_sizes = tf.where(fits, sizes, 0)
+    return keep_items(pieces, fits), row_sums(sizes, splits) > row_sums(kept_sizes, splits)
+
+
+def row_sums(values, splits):
+    """(N,) the sums of flat `values` over the N rows of `splits` (N + 1,): a running sum
+    read at the splits (a ragged `reduce_sum`'s result in fewer ops)."""
+    running = tf.concat([tf.zeros([1], values.dtype), tf.cumsum(values)], axis=0)
+    return tf.gather(running, splits[1:]) - tf.gather(running, splits[:-1])
+
+
+def keep_items(ragged, keep):
+    """A (N, None, ...) ragged tensor with only the items (rows of `ragged.values`) where
+    `keep` (flat bool) is True, in order (`tf.ragged.boolean_mask`'s result, in fewer ops)."""
+    splits = ragged.row_splits
+    kept = tf.concat([tf.zeros([1], splits.dtype), tf.cumsum(tf.cast(keep, splits.dtype))],
+                     axis=0)
+    return tf.RaggedTensor.from_row_splits(tf.gather(ragged.values, tf.where(keep)[:, 0]),
+                                           tf.gather(kept, splits), validate=False)
 
 
 def reversed_phrases(phrases):
@@ -251,7 +270,10 @@ def steered_lists(search, first_pieces, source, steering, count, k, detokenize,
     taken = usable & (tf.range(k)[None, :] < tf.gather(count, steered)[:, None])
     pairs = tf.cast(tf.where(taken), tf.int32)  # (A, 2): (steered text, alternative)
     texts = tf.gather(steered, pairs[:, 0])  # (A,) chunk row of each alternative
-    prefix = tf.RaggedTensor.from_tensor(steering.prefix, lengths=steering.prefix_lengths)
+    real = tf.range(tf.shape(steering.prefix)[1])[None, :] < steering.prefix_lengths[:, None]
+    prefix = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(steering.prefix, real),
+                                              tf.cast(steering.prefix_lengths, tf.int64),
+                                              validate=False)
     extended = tf.concat([tf.gather(prefix, texts),
                           tf.RaggedTensor.from_tensor(tf.gather_nd(tokens, pairs)[:, None])],
                          axis=1)

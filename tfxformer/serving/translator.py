@@ -398,7 +398,7 @@ class Translator(tf.Module):
         lengths = prefix.row_lengths()
         prefix = tf.RaggedTensor.from_row_lengths(
             tf.boolean_mask(prefix.values, tf.repeat(~ignored, lengths)),
-            tf.where(ignored, tf.zeros_like(lengths), lengths))
+            tf.where(ignored, tf.zeros_like(lengths), lengths), validate=False)
         notes = [(cut & ~ignored, tf.strings.join(["target_prefix cut to ",
                                                    tf.strings.as_string(limit),
                                                    " pieces (the output limit less one)"])),
@@ -421,13 +421,11 @@ class Translator(tf.Module):
             phrases = steering.reversed_phrases(phrases)
         has = phrases.row_lengths() > 0
         ignored = has & blank
-        count = phrases.row_lengths()
-        phrases = tf.ragged.boolean_mask(phrases, tf.RaggedTensor.from_row_lengths(
-            tf.repeat(~ignored, count), count))
+        phrases = steering.keep_items(phrases, tf.repeat(~ignored, phrases.row_lengths()))
+        pieces = steering.row_sums(phrases.values.row_lengths(), phrases.row_splits)
         notes = [(cut & ~ignored, tf.strings.join([
-                     "constraints cut to ", tf.strings.as_string(tf.reduce_sum(
-                         phrases.row_lengths(axis=2), axis=1)), " pieces (the output limit "
-                     "less one: ", tf.strings.as_string(limit), "): phrases left out"])),
+                     "constraints cut to ", tf.strings.as_string(pieces), " pieces (the output "
+                     "limit less one: ", tf.strings.as_string(limit), "): phrases left out"])),
                  (tf.not_equal(text, given), "invalid UTF-8 in constraints replaced by "
                                              "U+FFFD"),
                  (has & blank, "blank text: constraints ignored")]
