@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from tfxformer.decoding import shared
-from tfxformer.decoding.common import NEG_INF
+from tfxformer.decoding.common import NEG_INF, followed_in_row
 from tfxformer.decoding.ensemble import ensemble_log_probs, members
 from tfxformer.decoding.phrases import completions, layout, scatter_tokens
 from tfxformer.ids import BOS_ID, PAD_ID
@@ -144,10 +144,7 @@ def flatten_constraints(phrases):
     int32 tokens, PAD after; (B, T) bool: token t + 1 is the same phrase's next)."""
     phrases = tf.cast(phrases, tf.int32)
     pieces = phrases.values  # (B·P, None) the phrases' tokens
-    lengths = pieces.row_lengths()
-    _, position = tf.raw_ops.RaggedRange(starts=tf.zeros_like(lengths), limits=lengths,
-                                         deltas=tf.constant(1, lengths.dtype))
-    continues = tf.not_equal(tf.roll(position, -1, axis=0), 0)  # the next is not a first
+    continues = followed_in_row(pieces.row_lengths())
     splits = tf.gather(pieces.row_splits, phrases.row_splits)  # each sentence's tokens
     flat = tf.RaggedTensor.from_row_splits(pieces.flat_values, splits, validate=False)
     flags = tf.RaggedTensor.from_row_splits(continues, splits, validate=False)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfxformer.decoding.common import NEG_INF
+from tfxformer.decoding.common import NEG_INF, rows_to_ragged
 from tfxformer.decoding.steering import Steering, flatten_constraints
 from tfxformer.ids import PAD_ID
 
@@ -270,10 +270,7 @@ def steered_lists(search, first_pieces, source, steering, count, k, detokenize,
     taken = usable & (tf.range(k)[None, :] < tf.gather(count, steered)[:, None])
     pairs = tf.cast(tf.where(taken), tf.int32)  # (A, 2): (steered text, alternative)
     texts = tf.gather(steered, pairs[:, 0])  # (A,) chunk row of each alternative
-    real = tf.range(tf.shape(steering.prefix)[1])[None, :] < steering.prefix_lengths[:, None]
-    prefix = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(steering.prefix, real),
-                                              tf.cast(steering.prefix_lengths, tf.int64),
-                                              validate=False)
+    prefix = rows_to_ragged(steering.prefix, steering.prefix_lengths)
     extended = tf.concat([tf.gather(prefix, texts),
                           tf.RaggedTensor.from_tensor(tf.gather_nd(tokens, pairs)[:, None])],
                          axis=1)

@@ -13,7 +13,7 @@ from tfxformer import checks, multilingual
 from tfxformer.config import DecodingOptions
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding import beam_search, greedy_decode, shared
-from tfxformer.decoding.common import NEG_INF, next_token_log_probs
+from tfxformer.decoding.common import NEG_INF, followed_in_row, next_token_log_probs, rows_to_ragged
 from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.sampling import fold_seed, seed_key
 from tfxformer.decoding.scoring import score_ragged
@@ -579,9 +579,7 @@ class Translator(tf.Module):
         lengths = _without_eos(ids, lengths)
         if self.reverse_target:
             ids = tf.reverse_sequence(ids, lengths, seq_axis=1, batch_axis=0)
-        real = tf.range(tf.shape(ids)[1])[None, :] < lengths[:, None]
-        text = tokenizer.detokenize(tf.RaggedTensor.from_row_lengths(  # fewer ops than
-            tf.boolean_mask(ids, real), tf.cast(lengths, tf.int64), validate=False))  # from_tensor
+        text = tokenizer.detokenize(rows_to_ragged(ids, lengths))
         return sanitize_utf8(text)
 
     def _input_limit(self, text, max_input_tokens):
@@ -614,11 +612,8 @@ class Translator(tf.Module):
         lengths = tf.cast(kept, tf.int64) + 1
         splits, index = tf.raw_ops.RaggedRange(starts=starts, limits=starts + lengths,
                                                deltas=tf.constant(1, tf.int64))
-        _, position = tf.raw_ops.RaggedRange(starts=tf.zeros_like(lengths), limits=lengths,
-                                             deltas=tf.constant(1, tf.int64))
-        last = tf.equal(tf.roll(position, -1, axis=0), 0)  # the next is a row's first
         values = tf.concat([tf.cast(pieces.values, tf.int32), [EOS_ID]], axis=0)
-        flat = tf.where(last, EOS_ID, tf.gather(values, index))
+        flat = tf.where(followed_in_row(lengths), tf.gather(values, index), EOS_ID)
         pieces = tf.RaggedTensor.from_row_splits(flat, splits, validate=False)
         blank = count == 0 if tag_pieces is None else count <= tag_pieces
         return pieces, cut_chars | (count > kept), blank
