@@ -10,7 +10,6 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     classifiers=[
-        "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3.11",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],

@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
 # Creates (or reuses) .venv with Python 3.11 and installs tfxformer with its test tools.
+# The installer is uv (Astral's pip-compatible one, from PyPI): it fetches, unpacks and
+# compiles the pinned packages in parallel, a new environment in about half pip's time
+# (bench/README.md, "Test suite"). --compile-bytecode: as pip, it writes the .pyc files at
+# install time (where PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile
+# TensorFlow's modules again). TFXFORMER_INSTALLER=pip installs with pip instead; so does
+# this script when uv cannot be installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
@@ -7,5 +13,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 . .venv/bin/activate
-python -m pip install -q --upgrade pip
-python -m pip install -q -e ".[test]"
+if [ "${TFXFORMER_INSTALLER:-uv}" = uv ] && python -m pip install -q "uv>=0.13,<0.14"; then
+  uv pip install -q --compile-bytecode -e ".[test]"
+else
+  echo "setup_env.sh: installing with pip (TFXFORMER_INSTALLER=${TFXFORMER_INSTALLER:-uv})" >&2
+  python -m pip install -q --upgrade pip
+  python -m pip install -q -e ".[test]"
+fi

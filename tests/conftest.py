@@ -16,6 +16,7 @@ import json
 import os
 import resource
 import shutil
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -220,24 +221,31 @@ def one_worker_reference(tmp_path_factory):
                       steps_per_loop=1)
 
 
-# The longest files first, so that `pytest -n 3 --dist loadfile` (scripts/test.sh) does not
-# start one of them last while the other workers idle: first a builder of each shared build
-# above (one_replica_reference, one_worker_reference, tiny_export), then test_docs_run.py
-# (every documented command, minutes of work), the files that use the builds, then the rest
-# in their usual order.
+# The longest files first (by wall time in a run of scripts/test.sh; TFXFORMER_TEST_CPU_LOG
+# below logs each test's start and end), so that `pytest -n 3 --dist loadfile
+# --no-loadscope-reorder` (scripts/test.sh; without that flag pytest-xdist orders files by
+# their number of tests instead) does not start one of them last while the other workers
+# idle. The first users of the shared builds above come early (test_model_forms.py builds
+# one_replica_reference, test_serving.py tiny_export); the files not named here (each under
+# 20 s) follow in their usual order.
 LONGEST_FIRST = (
-    "test_reliability.py", "test_trainer.py", "test_shortlist.py", "test_docs_run.py",
-    "test_training.py",
-    "test_multiworker.py", "test_reliability_kill.py", "test_serving_run_dir.py",
-    "test_pretrained.py", "test_serving.py", "test_ensemble.py", "test_multilingual.py",
-    "test_token_cache.py", "test_train_memory.py", "test_decoding.py", "test_transformer.py",
-    "test_serving_cpp.py", "test_serving_signatures.py",
+    "test_docs_run.py", "test_model_forms.py", "test_reliability.py", "test_serving.py",
+    "test_shipped_model.py", "test_training.py", "test_shortlist.py", "test_trainer.py",
+    "test_pretrained.py", "test_token_cache.py", "test_multiworker.py", "test_ensemble.py",
+    "test_transformer.py", "test_serving_run_dir.py", "test_reliability_kill.py",
+    "test_train_memory.py", "test_steering.py", "test_decoding.py", "test_multilingual.py",
+    "test_compiled_search.py", "test_token_log_probs.py", "test_serving_reranking.py",
+    "test_prefill.py", "test_serving_signatures.py", "test_constraints.py",
+    "test_reliability_serving.py", "test_serving_cpp.py", "test_layers.py",
+    "test_registration.py", "test_export_signatures.py", "test_lean_step.py",
 )
 
 
 # TFXFORMER_TEST_CPU_LOG=FILE: each test's CPU seconds (this process and the processes it
 # started and waited for; a module's fixtures count for its first test) appended to FILE as
-# "seconds<TAB>test id" lines: where the suite's CPU goes (bench/README.md, "Test suite").
+# "seconds<TAB>test id<TAB>start<TAB>end<TAB>worker" lines (start and end: Unix times; the
+# pytest-xdist worker, or "-"): where the suite's CPU and time go (bench/README.md, "Test
+# suite").
 CPU_LOG = os.environ.get("TFXFORMER_TEST_CPU_LOG")
 
 
@@ -248,11 +256,13 @@ def _cpu_seconds():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    before = _cpu_seconds() if CPU_LOG else 0.0
+    before, start = (_cpu_seconds(), time.time()) if CPU_LOG else (0.0, 0.0)
     yield
     if CPU_LOG:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
         with open(CPU_LOG, "a", encoding="utf-8") as f:
-            f.write(f"{_cpu_seconds() - before:.2f}\t{item.nodeid}\n")
+            f.write(f"{_cpu_seconds() - before:.2f}\t{item.nodeid}\t{start:.1f}\t"
+                    f"{time.time():.1f}\t{worker}\n")
 
 
 def pytest_collection_modifyitems(config, items):
