@@ -114,8 +114,8 @@ class MultiHeadAttention(keras.layers.Layer):
         return y
 
     def _split_heads(self, x):  # (B, T, D) -> (B, H, T, K)
-        shape = tf.shape(x)
-        x = tf.reshape(x, [shape[0], shape[1], self.num_heads, self.head_dim])
+        batch, length, _ = tf.unstack(tf.shape(x), num=3)  # one op for both, not two slices
+        x = tf.reshape(x, tf.stack([batch, length, self.num_heads, self.head_dim]))
         return tf.transpose(x, [0, 2, 1, 3])
 
     def _queries(self, query):  # (B, T, D) -> (B, H, T, K), scaled by 1 / sqrt(d_k)
@@ -216,7 +216,7 @@ class MultiHeadAttention(keras.layers.Layer):
         dropped = self.attention_dropout(weights, training=training)
         context = tf.matmul(tf.cast(dropped, v.dtype), v)  # (B, H, T', K)
         context = tf.transpose(context, [0, 2, 1, 3])
-        context = tf.reshape(context, [query_shape[0], query_shape[1], self.width])
+        context = tf.reshape(context, query_shape)  # (N, T, D): the query's width is D
         return self._project(context, "output"), weights
 
     def _band(self, queries, keys, start):
