@@ -22,7 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from docs_fork import grappler_off  # noqa: E402
+from docs_fork import collect_less_often, grappler_off  # noqa: E402
 from filelock import FileLock  # noqa: E402
 
 # The paper trained on 8 GPUs; tests split the CPU into 8 logical devices instead. This must
@@ -40,6 +40,7 @@ tf.config.set_logical_device_configuration(
 # process trains here under `grappler_on()`. TFXFORMER_TEST_GRAPPLER=1 keeps it on
 # everywhere (bench/README.md, "Test suite").
 grappler_off()
+collect_less_often()  # tests/docs_fork.py says why
 
 
 @contextlib.contextmanager
