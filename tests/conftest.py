@@ -19,6 +19,14 @@ import shutil
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# oneDNN off in the test processes and the processes they start (TensorFlow runs Eigen, as
+# on CPUs without AVX-512): its layout pass and primitive creation cost CPU on every new
+# function and shape, which a test runs a few times (two test files took 71-81 s of CPU
+# instead of 87-89 with it; bench/README.md, "Test suite"), and it changes results only
+# within float rounding. The documented commands run with the machine's own setting, as
+# users do (tests/test_docs_run.py); TF_ENABLE_ONEDNN_OPTS set by the caller is kept.
+ONEDNN_SETTING = os.environ.get("TF_ENABLE_ONEDNN_OPTS")  # the caller's: None = TF's default
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
