@@ -25,8 +25,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # instead of 87-89 with it; bench/README.md, "Test suite"), and it changes results only
 # within float rounding. The documented commands run with the machine's own setting, as
 # users do (tests/test_docs_run.py); TF_ENABLE_ONEDNN_OPTS set by the caller is kept.
+# Eigen's CPU allocator keeps no statistics unless it is the BFC one (test_train_memory.py
+# reads them).
 ONEDNN_SETTING = os.environ.get("TF_ENABLE_ONEDNN_OPTS")  # the caller's: None = TF's default
+BFC_SETTING = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402

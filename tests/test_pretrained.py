@@ -239,7 +239,8 @@ def test_a_fine_tune_run_starts_from_the_source_model_and_resumes_after_a_kill(
     (first_step, first_loss), (lr_step, first_lr) = scalars["loss"][0], scalars["lr"][0]
     assert first_step == lr_step == 1  # one log line per update: the first is update 1's
     fresh, expected = _first_batch_losses(args, corpus, exported)
-    assert first_loss == pytest.approx(expected, rel=1e-5)
+    # A traced step against an eager one: float32 sums in another order (Eigen: 2e-5 apart).
+    assert first_loss == pytest.approx(expected, rel=1e-4)
     assert first_loss < fresh - 0.3
     # The schedule starts again at step 1, with this run's warmup and scale.
     assert first_lr == pytest.approx(float(TransformerSchedule(32, 7, 0.5)(1)), rel=1e-6)
