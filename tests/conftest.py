@@ -27,10 +27,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # users do (tests/test_docs_run.py); TF_ENABLE_ONEDNN_OPTS set by the caller is kept.
 # Eigen's CPU allocator keeps no statistics unless it is the BFC one (test_train_memory.py
 # reads them).
-ONEDNN_SETTING = os.environ.get("TF_ENABLE_ONEDNN_OPTS")  # the caller's: None = TF's default
-BFC_SETTING = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+TEST_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPU_ALLOCATOR_USE_BFC": "true"}
+CALLER_ENV = {name: os.environ.get(name) for name in TEST_ENV}  # None: TensorFlow's default
+for _name, _value in TEST_ENV.items():
+    os.environ.setdefault(_name, _value)
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402

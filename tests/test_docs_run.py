@@ -92,7 +92,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BFC_SETTING, ONEDNN_SETTING, SHARED_DATA
+from conftest import CALLER_ENV, SHARED_DATA
 from docs_blocks import (
     TINY_TEST,
     TINY_VAL,
@@ -242,9 +242,8 @@ def runner_env(repo, fork=None):
     """The page process' environment; `fork`: tests/docs_fork.py's variables, or None."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("TF_CONFIG", "PYTEST_CURRENT_TEST", "PYTHONPATH")}
-    for name, setting in (("TF_ENABLE_ONEDNN_OPTS", ONEDNN_SETTING),
-                          ("TF_CPU_ALLOCATOR_USE_BFC", BFC_SETTING)):
-        env.pop(name)  # the machine's oneDNN setting, as users run (conftest)
+    for name, setting in CALLER_ENV.items():  # the machine's oneDNN setting, as users run
+        env.pop(name, None)
         if setting is not None:
             env[name] = setting
     nowhere = "http://127.0.0.1:9"
