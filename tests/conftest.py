@@ -250,7 +250,7 @@ LONGEST_FIRST = (
     "test_compiled_search.py", "test_token_log_probs.py", "test_serving_reranking.py",
     "test_prefill.py", "test_serving_signatures.py", "test_constraints.py",
     "test_reliability_serving.py", "test_serving_cpp.py", "test_layers.py",
-    "test_registration.py", "test_export_signatures.py", "test_lean_step.py",
+    "test_registration.py", "test_export_signatures.py", "test_search_step.py",
 )
 
 

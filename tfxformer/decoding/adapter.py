@@ -39,11 +39,10 @@ def output_limits(source_mask, cap, extra_length=DEFAULTS.extra_length):
 
 
 def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_length,
-                        max_output_length=None, static_cache=False, shortlist=None,
-                        lean=True):
+                        max_output_length=None, static_cache=False, shortlist=None):
     """Encodes `source_ids` (B, S) and returns the :class:`DecodeStart` of a search with
     `beams` hypotheses per sentence on `model`: a :class:`tfxformer.Transformer`, or any
-    model with its `encode`, `init_cache`, `decode_step` (and, optionally, `lean_step`),
+    model with its `encode`, `init_cache`, `decode_step` (and, optionally, `search_step`),
     `model_config` (`max_positions`, `vocab_size`) and, for a shortlist, `embedding`.
 
     cache: per decoder layer the self-attention {"key", "value"} (B * beams, H, L, K),
@@ -58,9 +57,9 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
     (N, V') over the shortlist's rows of the shared embedding, gathered here once; map
     the search's output with :func:`tfxformer.decoding.shortlist.to_vocabulary`.
 
-    With a growing cache the step is the model's `lean_step(L, rows)` (the same logits in fewer
-    ops: weights read once, 2-D rows; :meth:`tfxformer.Transformer.lean_step`) unless
-    `lean=False` or the model has none (it returns None); otherwise `model.decode_step`.
+    The step is the model's `search_step(L, rows, static_cache)` (one implementation for
+    every search, either cache: :class:`tfxformer.models.search_step.SearchStep`), or
+    `model.decode_step` for a model without one (or whose `search_step` returns None).
     The prefill function (a forced target prefix in one pass) is `model.decode_step` on
     one row per sentence, into the same cache layout.
     """
@@ -79,15 +78,14 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
                              model.compute_dtype)
 
     memory = [c["cross"] for c in cache]
-    lean_fn = None
-    if lean and not static_cache and hasattr(model, "lean_step"):
-        lean_fn = model.lean_step(length, logit_rows)
-    if lean_fn is not None:
+    step = None
+    if hasattr(model, "search_step"):
+        step = model.search_step(length, logit_rows, static_cache)
+    if step is not None:
         context = {"memory": memory, "cross_mask": source_mask[:, None, None, :]}
 
         def decode(ids, index, self_cache, context):
-            return lean_fn(ids, index, self_cache, context["memory"], context["cross_mask"],
-                           beams)
+            return step(ids, index, self_cache, context["memory"], context["cross_mask"], beams)
     else:
         context = {"memory": memory, "source_mask": source_mask}
 

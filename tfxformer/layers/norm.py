@@ -46,8 +46,8 @@ class LayerNorm(keras.layers.LayerNormalization):
 
 def layer_norm(inputs, gamma, beta, epsilon, dtype):
     """:class:`LayerNorm`'s forward pass over the last axis, in float32 (float64 stays),
-    returned in `dtype`; also what the lean decoding step calls with its weights read once
-    (:mod:`tfxformer.models.lean_step`)."""
+    returned in `dtype`; also what the search step calls with its weights read once
+    (:mod:`tfxformer.models.search_step`)."""
     x = tf.cast(inputs, tf.float32) if inputs.dtype != tf.float64 else inputs
     centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
     variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)

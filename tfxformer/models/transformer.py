@@ -14,7 +14,7 @@ from tfxformer.layers.masks import padding_mask
 from tfxformer.layers.ops import matmul_last
 from tfxformer.layers.position import PositionalEncoding
 from tfxformer.locate import is_model_path
-from tfxformer.models import lean_step
+from tfxformer.models import search_step
 from tfxformer.quantize import pop_quantized_dtype, quantized_dtype, restore_quantization
 
 
@@ -166,17 +166,19 @@ class Transformer(keras.Model):
         kernel = tf.cast(logit_rows, out.dtype)  # as SharedEmbedding.logits, on V' rows
         return tf.cast(matmul_last(out, kernel, transpose_b=True), tf.float32), cache
 
-    def lean_step(self, columns, logit_rows=None):
-        """The step function of a search with a growing cache, its weights read now
-        (:class:`tfxformer.models.lean_step.LeanStep`: `decode_step`'s logits in fewer
-        ops), or None where it does not cover the model (a subclass with its own
-        `decode_step`, a quantized layer, restricted attention): then take `decode_step`.
-        `columns`: the output positions the search may reach (L); `logit_rows` (V', D):
-        the embedding rows the logits are over (a vocabulary shortlist), or None."""
-        if type(self).decode_step is not Transformer.decode_step or \
-                lean_step.unsupported(self) is not None:
+    def search_step(self, columns, logit_rows=None, static_cache=False):
+        """The step function every search runs on this model, its weights read now
+        (:class:`tfxformer.models.search_step.SearchStep`: `decode_step`'s logits for one
+        token per row, in fewer ops), or None for a subclass with its own `decode_step`
+        (then the search takes that). `columns`: the output positions the search may
+        reach (L); `logit_rows` (V', D): the embedding rows the logits are over (a
+        vocabulary shortlist), or None; `static_cache`: a cache of L positions written in
+        place (XLA), else one that grows a position a step."""
+        if type(self).decode_step is not Transformer.decode_step:
             return None
-        return lean_step.LeanStep(self, columns, logit_rows)
+        if not self.built:
+            self.build()
+        return search_step.SearchStep(self, columns, logit_rows, static_cache)
 
     def call(self, inputs, training=None):
         source_ids, target_ids = _unpack_inputs(inputs)
