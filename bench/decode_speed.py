@@ -18,7 +18,7 @@ and top-k over L tokens instead of V. A table built from random data would mean 
 source id's K = 50 table entries are drawn (seed 0) from one pool of L - 4 ids, so every
 batch's shortlist is that pool plus the 4 special ids, and the per-batch union
 (`shortlist_ids`, inside the timed call) is real. What L a real table gives comes from
-real text (docs/serving.md, "Vocabulary shortlist": L per batch of 64 for the shipped model).
+real text (bench/STUDIES.md, "Vocabulary shortlist": L per batch of 64, the shipped model).
 
 --best runs the best mode, an alias of explicit flags (BEST below, printed in the JSON):
 --precision bf16 --shortlist-size BEST_SHORTLIST_SIZE. Whatever the current table of
@@ -43,7 +43,7 @@ ALPHA = 0.6
 SHORTLIST_PER_SOURCE = 50
 # The mean shortlist length per batch of 64 newstest2014 sentences (news, as this
 # workload imitates) with the shipped model's table at K, N = 20, 1000 (its vocabulary:
-# 8000; docs/serving.md "Vocabulary shortlist", bench/shortlist_grid.py). A stand-in: no 32k
+# 8000; bench/STUDIES.md, "Vocabulary shortlist"). A stand-in: no 32k
 # vocabulary table can be built here (no WMT14 training data on this machine), and with
 # 8000 ids L saturates near the 5,305 ids that the table and frequent list hold at all,
 # so a 32k vocabulary's real L is likely larger.

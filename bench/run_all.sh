@@ -33,4 +33,4 @@ run train_memory_2threads        taskset -c 1 "$PY" bench/train_memory.py --comp
 S="--preset tiny --vocab-size 1000"
 run smoke_train                  "$PY" bench/train_speed.py $S --steps 2 --warmup 1 --peer keras-hub
 run smoke_train_memory           "$PY" bench/train_memory.py $S --steps 1 --warmup 1
-run smoke_decode                 "$PY" bench/decode_speed.py $S --repeats 1 --best
+run smoke_decode                 "$PY" bench/decode_speed.py $S --repeats 1 --precision bf16 --shortlist-size 300
