@@ -39,7 +39,7 @@ def fixed_batches(n, batch=128, src_len=32, tgt_len=32, vocab=32000, seed=0):
 def stand_in_pool(rng, vocab: int, size: int) -> np.ndarray:
     """The ids of a stand-in vocabulary shortlist of `size` (the 4 special ids apart):
     `size - 4` distinct ids of 4 .. vocab - 1, drawn first from `rng` (default_rng(0) in
-    decode_speed.py and ct2_peer.py, so both decode over the same ids)."""
+    decode_speed.py)."""
     return rng.choice(np.arange(4, vocab), size - 4, replace=False)
 
 

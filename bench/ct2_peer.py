@@ -13,16 +13,10 @@ sources of 24 tokens (23 random + "</s>") with beam 4 and min = max decoding len
 EOS stop), as the peers did: inter_threads 1, intra_threads 2; median of --repeats calls
 after one warm-up call.
 
---vmap-size L turns on CTranslate2's vocabulary map (its dynamic vocabulary reduction,
-`use_vmap=True`) with a stand-in of the same cost as decode_speed.py's --shortlist-size L:
-one always-on line (empty source n-gram) holding the same pool of L - 4 ids (seed 0), so
-every batch decodes over that pool plus CT2's <unk> <s> </s>, L - 1 tokens.
-
 Needs only `pip install ctranslate2 numpy` (a separate venv is fine; no TensorFlow) and,
 to convert the model once, the project's venv (default: .venv/bin/python):
-  python bench/ct2_peer.py --compute-type float32 [--beams 4|1]
-  CT2_FORCE_CPU_ISA=AVX512 python bench/ct2_peer.py --compute-type int8
-  python bench/ct2_peer.py --compute-type int8 --vmap-size 4547
+  python bench/ct2_peer.py --compute-type float32
+  python bench/ct2_peer.py --compute-type int8
 Prints one JSON line.
 """
 
@@ -38,7 +32,6 @@ import subprocess
 import sys
 import time
 
-import benchlib as bl
 import numpy as np
 
 V, D = 32000, 512  # the base preset's d_model
@@ -75,14 +68,6 @@ def build_in_project_venv(path, python):
                  f"--tf-python names the project's python:\n{done.stderr[-3000:]}")
 
 
-def write_vmap(path, size):
-    """vmap.txt in model dir `path`: one always-on line with decode_speed.py's stand-in
-    shortlist pool (`benchlib.stand_in_pool`, the same seed)."""
-    pool = bl.stand_in_pool(np.random.default_rng(0), V, size)
-    with open(os.path.join(path, "vmap.txt"), "w", encoding="utf-8") as f:
-        f.write("\t" + " ".join(TOKENS[i] for i in sorted(pool)) + "\n")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--compute-type", default="float32")
@@ -92,21 +77,14 @@ def main():
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--model-dir", default=None,
-                    help=f"where the converted model lives (default: {MODEL_DIR}, with "
-                         "_vmap<L> appended for --vmap-size)")
-    ap.add_argument("--vmap-size", type=int, default=None, metavar="L",
-                    help="use a vocabulary map of L - 1 candidates (a stand-in of "
-                         "decode_speed.py --shortlist-size L; default: none)")
+                    help=f"where the converted model lives (default: {MODEL_DIR})")
     ap.add_argument("--tf-python", default=os.path.join(REPO, ".venv", "bin", "python"),
                     help="python with TensorFlow and tfxformer, which converts the model "
                          "once (default: %(default)s)")
     ap.add_argument("--role", choices=["time", "build"], default="time",
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.vmap_size is not None and not 4 < args.vmap_size <= V:
-        ap.error(f"--vmap-size must be in (4, {V}], got {args.vmap_size}.")
-    if args.model_dir is None:
-        args.model_dir = MODEL_DIR + ("" if args.vmap_size is None else f"_vmap{args.vmap_size}")
+    args.model_dir = args.model_dir or MODEL_DIR
 
     if args.role == "build":
         return build(args.model_dir)
@@ -114,8 +92,6 @@ def main():
 
     if not os.path.exists(os.path.join(args.model_dir, "model.bin")):
         build_in_project_venv(args.model_dir, args.tf_python)
-    if args.vmap_size is not None:
-        write_vmap(args.model_dir, args.vmap_size)
     translator = ctranslate2.Translator(args.model_dir, device="cpu",
                                         compute_type=args.compute_type, inter_threads=1,
                                         intra_threads=2)
@@ -126,8 +102,7 @@ def main():
 
     def call():
         return translator.translate_batch(source, beam_size=args.beams, max_batch_size=0,
-                                          max_decoding_length=steps, min_decoding_length=steps,
-                                          use_vmap=args.vmap_size is not None)
+                                          max_decoding_length=steps, min_decoding_length=steps)
 
     start = time.perf_counter()
     out = call()
@@ -144,7 +119,6 @@ def main():
         "base, random weights, tfxformer's exporter)", "compute_type": args.compute_type,
         "compute_type_resolved": translator.compute_type,
         "cpu_isa_env": os.environ.get("CT2_FORCE_CPU_ISA", "(auto)"), "beams": args.beams,
-        "vmap_size": args.vmap_size,
         "batch_size": args.batch_size, "src_len": args.src_len, "decode_steps": steps,
         "out_lengths": lengths, "first_call_s": round(first, 2), "repeats": len(times),
         "call_s": {"median": round(med, 3), "min": round(min(times), 3),

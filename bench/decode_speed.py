@@ -1,12 +1,11 @@
 #!/usr/bin/env python
-"""Translation (decoding) throughput of tfxformer's beam search and greedy decoding.
+"""Translation (decoding) throughput of tfxformer's beam search on the peers' workload.
 
 Default workload = the peers' (the peer benchmarks' RESULTS.md §3): base preset, random
 weights (seed 0), vocabulary 32000, 64 source sentences of 24 real tokens (the peers' ids:
 numpy default_rng(0).integers(3, V)), beam 4 with alpha 0.6, exactly --decode-steps (32)
 generated tokens per sentence. The whole call (encoder + decoding loop) is
-`tfxformer.decoding.beam_search` (or `greedy_decode`) inside one tf.function, optionally
-with jit_compile (--xla).
+`tfxformer.decoding.beam_search` inside one tf.function.
 
 EOS never ends a hypothesis (`eos_id=None`: EOS is an ordinary token) and
 `max_output_length = extra_length = --decode-steps`, so every sentence runs to exactly that
@@ -19,7 +18,7 @@ and top-k over L tokens instead of V. A table built from random data would mean 
 source id's K = 50 table entries are drawn (seed 0) from one pool of L - 4 ids, so every
 batch's shortlist is that pool plus the 4 special ids, and the per-batch union
 (`shortlist_ids`, inside the timed call) is real. What L a real table gives comes from
-real text (docs/serving.md, "Vocabulary shortlist": L per batch of 64 for the shipped model).
+real text (bench/STUDIES.md, "Vocabulary shortlist": L per batch of 64, the shipped model).
 
 --best runs the best mode, an alias of explicit flags (BEST below, printed in the JSON):
 --precision bf16 --shortlist-size BEST_SHORTLIST_SIZE. Whatever the current table of
@@ -27,8 +26,6 @@ bench/README.md measures fastest is what BEST should hold; change it there and h
 
   python bench/decode_speed.py                      # beam 4, fp32
   python bench/decode_speed.py --best               # = --precision bf16 --shortlist-size 4547
-  python bench/decode_speed.py --greedy --xla
-  python bench/decode_speed.py --lengths 16,32,64,128,256,512 --batch-size 8
   python bench/decode_speed.py --preset tiny --vocab-size 1000 --repeats 2   # smoke test
 
 The last line printed is one JSON object.
@@ -41,13 +38,12 @@ import statistics
 
 import benchlib as bl
 import flops
-import patches
 
 ALPHA = 0.6
 SHORTLIST_PER_SOURCE = 50
 # The mean shortlist length per batch of 64 newstest2014 sentences (news, as this
 # workload imitates) with the shipped model's table at K, N = 20, 1000 (its vocabulary:
-# 8000; docs/serving.md "Vocabulary shortlist", bench/shortlist_grid.py). A stand-in: no 32k
+# 8000; bench/STUDIES.md, "Vocabulary shortlist"). A stand-in: no 32k
 # vocabulary table can be built here (no WMT14 training data on this machine), and with
 # 8000 ids L saturates near the 5,305 ids that the table and frequent list hold at all,
 # so a 32k vocabulary's real L is likely larger.
@@ -63,19 +59,8 @@ def parse_args(argv=None):
     ap.add_argument("--src-len", type=int, default=24)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--beam-size", type=int, default=4)
-    ap.add_argument("--greedy", action="store_true", help="greedy_decode instead of beam")
     ap.add_argument("--precision", choices=sorted(bl.POLICIES), default="fp32")
-    ap.add_argument("--xla", action="store_true",
-                    help="tf.function(jit_compile=True) (implies --static-cache)")
-    ap.add_argument("--static-cache", action="store_true",
-                    help="fixed-size self-attention cache written in place each step (XLA's "
-                         "layout) instead of the default growing one")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls after one warm-up")
-    ap.add_argument("--lengths", default=None,
-                    help="scaling mode: comma-separated L; source length = decode steps = L")
-    ap.add_argument("--patch", default=None,
-                    help="apply bench/patches.py patches to tfxformer first (comma-separated, "
-                         f"{', '.join(sorted(patches.PATCHES))}); measures a proposed fix")
     ap.add_argument("--shortlist-size", type=int, default=None, metavar="L",
                     help="decode over a vocabulary shortlist of L ids (4 <= L <= vocab), a "
                          "stand-in table of the same cost (see the module docstring) "
@@ -129,27 +114,21 @@ def stand_in_table(args):
 
 
 def make_decode_fn(model, args, steps, table=None):
-    """tf.function(source ids -> (ids, lengths, shortlist length)): the public decoders,
+    """tf.function(source ids -> (ids, lengths, shortlist length)): the public beam search,
     EOS disabled, over the batch's shortlist of `table` if given."""
     import tensorflow as tf
 
-    from tfxformer.decoding import beam_search, greedy_decode, shortlist_ids
-
-    static = args.xla or args.static_cache
+    from tfxformer.decoding import beam_search, shortlist_ids
 
     def run(src):
         shortlist = None if table is None else shortlist_ids(src, table)
-        if args.greedy:
-            out = greedy_decode(model, src, extra_length=steps, max_output_length=steps,
-                                static_cache=static, eos_id=None, shortlist=shortlist)
-        else:
-            out = beam_search(model, src, beam_size=args.beam_size, alpha=ALPHA,
-                              extra_length=steps, max_output_length=steps, static_cache=static,
-                              eos_id=None, shortlist=shortlist)
+        out = beam_search(model, src, beam_size=args.beam_size, alpha=ALPHA,
+                          extra_length=steps, max_output_length=steps, eos_id=None,
+                          shortlist=shortlist)
         size = tf.shape(shortlist)[0] if table is not None else tf.constant(-1)
         return out.ids, out.lengths, size
 
-    return tf.function(run, jit_compile=args.xla)
+    return tf.function(run)
 
 
 def time_calls(fn, src, repeats, steps):
@@ -167,7 +146,7 @@ def run_calls(args, model, config, batch, src_len, steps):
     src = source_ids(batch, src_len, args.vocab_size)
     fn = make_decode_fn(model, args, steps, stand_in_table(args))
     first, times, shape, shortlist = time_calls(fn, src, args.repeats, steps)
-    beams = 1 if args.greedy else args.beam_size
+    beams = args.beam_size
     med = statistics.median(times)
     kwargs = flops.model_flop_kwargs(config)
     if shortlist is not None:  # the output projection runs over the shortlist only
@@ -193,31 +172,15 @@ def run_calls(args, model, config, batch, src_len, steps):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.patch:
-        patches.apply(args.patch)
     model = build(args)
-    head = {"bench": "translate", "system": "tfxformer " + (
-                "greedy_decode" if args.greedy else "beam_search"),
-            "preset": args.preset, "vocab_size": args.vocab_size, "patch": args.patch,
+    head = {"bench": "translate", "system": "tfxformer beam_search",
+            "preset": args.preset, "vocab_size": args.vocab_size,
             "precision": args.precision, "best": BEST if args.best else None,
-            "shortlist_size": args.shortlist_size,
-            "xla": args.xla, "alpha": None if args.greedy else ALPHA, "eos": "disabled",
-            # growing self-attention cache by default; XLA needs the fixed-size one
-            "cache": "static" if args.xla or args.static_cache else "growing",
+            "shortlist_size": args.shortlist_size, "alpha": ALPHA, "eos": "disabled",
             "peak_gflops_for_mfu": flops.PEAK_GFLOPS}
-    if args.lengths:
-        rows = []
-        for length in (int(v) for v in args.lengths.split(",")):
-            row = run_calls(args, model, model.model_config.to_dict(), args.batch_size, length,
-                            length)
-            bl.log(f"L={length:4d}: {row['ms_per_decode_step']} ms/step, "
-                   f"{row['target_tokens_per_second']} tgt tok/s, call {row['call_s']['median']} s")
-            rows.append(row)
-        result = {**head, "mode": "scaling", "rows": rows}
-    else:
-        result = {**head, "mode": "fixed",
-                  **run_calls(args, model, model.model_config.to_dict(), args.batch_size,
-                              args.src_len, args.decode_steps)}
+    result = {**head, "mode": "fixed",
+              **run_calls(args, model, model.model_config.to_dict(), args.batch_size,
+                          args.src_len, args.decode_steps)}
     bl.emit({**result, "peak_rss_mib": bl.peak_rss_mib(), **bl.machine()})
 
 

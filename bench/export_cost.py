@@ -3,14 +3,10 @@ its saved_model.pb, the resident memory a fresh process adds loading it (after `
 tensorflow, tensorflow_text`) and the CPU seconds of the load, and the memory after one
 sentence through each of its beam-search signatures (serving_default,
 translate_with_options, translate_per_example: those it has). Every figure comes from a
-fresh process; the variants alternate `--repeats` times. The variants: now and with
-`--patch per_signature_decode` (each signature tracing its own beam search, as exports
-did before they shared one traced decode) or `--patch per_graph_encoder` (each graph
-tracing its own encoder and teacher-forced decoder), or with `--signature-sets` one export per set
-of `scripts/export.py --signatures` ("all": the default, every signature).
+fresh process; the variants alternate `--repeats` times. The variants: one export per
+set of `--signature-sets`, each exported with `scripts/export.py --signatures SET` ("all":
+the default, every signature).
 
-  python bench/export_cost.py --model saved_models/multi30k_en_de --repeats 2 \\
-      --work runs/export_cost > bench/results/export_cost.log
   taskset -c 0 python bench/export_cost.py --model saved_models/multi30k_en_de \\
       --signature-sets all serving_default "serving_default translate_per_example" \\
       --repeats 3 --work runs/export_signatures > bench/results/export_signatures.log
@@ -32,10 +28,6 @@ ROOT = os.path.dirname(HERE)
 
 EXPORT = """
 import resource, runpy, sys
-sys.path.insert(0, {here!r})
-if {patch!r}:
-    import patches
-    patches.apply({patch!r})
 sys.argv = ["export.py", "--model", {model!r}, "--export-dir", {out!r}, *{flags!r}]
 try:
     runpy.run_path({script!r}, run_name="__main__")
@@ -85,30 +77,26 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="saved_models/multi30k_en_de",
                     help="what to export: any model dir scripts/export.py takes")
-    ap.add_argument("--patch", default="per_signature_decode",
-                    help="the bench/patches.py patch of the other variant")
     ap.add_argument("--signature-sets", nargs="+", metavar="SET",
-                    help="in place of --patch: one variant per set of signature names "
-                         "(space-separated in one argument), exported with scripts/export.py "
-                         "--signatures SET; 'all' for the default")
+                    default=["all", "serving_default"],
+                    help="one variant per set of signature names (space-separated in one "
+                         "argument), exported with scripts/export.py --signatures SET; 'all' "
+                         "for the default (default: all serving_default)")
     ap.add_argument("--repeats", type=int, default=2, help="passes of all variants")
     ap.add_argument("--work", default="runs/export_cost",
                     help="folder for the exports (emptied first)")
     args = ap.parse_args(argv)
     shutil.rmtree(args.work, ignore_errors=True)
-    # variant name -> (bench/patches.py patch, scripts/export.py flags)
-    if args.signature_sets:
-        variants = {"+".join(s.split()): ("", [] if s == "all" else ["--signatures", *s.split()])
-                    for s in args.signature_sets}
-    else:
-        variants = {"now": ("", []), args.patch: (args.patch, [])}
+    # variant name -> scripts/export.py flags
+    variants = {"+".join(s.split()): [] if s == "all" else ["--signatures", *s.split()]
+                for s in args.signature_sets}
     rows = {name: [] for name in variants}
     load_averages = [os.getloadavg()]
     for repeat in range(args.repeats):
         for name in (list(variants) if repeat % 2 == 0 else list(variants)[::-1]):
-            patch, flags = variants[name]
+            flags = variants[name]
             out = os.path.abspath(os.path.join(args.work, f"{name}_{repeat}"))
-            words = run(EXPORT.format(here=HERE, patch=patch, model=args.model, out=out,
+            words = run(EXPORT.format(model=args.model, out=out,
                                       flags=flags,
                                       script=os.path.join(ROOT, "scripts", "export.py")))
             version = os.path.join(out, "1")

@@ -35,15 +35,6 @@ def train_step_flops(batch, src_len, tgt_len, **cfg):
     return 3 * forward_flops(batch, src_len, tgt_len, **{**BASE, **cfg})
 
 
-def param_count(vocab=32000, d_model=512, d_ff=2048, layers=6, **_):
-    """Paper-style parameter count (biases included, tied embedding counted once)."""
-    d, f, n = d_model, d_ff, layers
-    attn = 4 * (d * d + d)
-    ffn = d * f + f + f * d + d
-    ln = 2 * d
-    return vocab * d + n * (attn + ffn + 2 * ln) + n * (2 * attn + ffn + 3 * ln)
-
-
 def decode_flops_cached(batch, src_len, steps, beams=1, vocab=32000, d_model=512, d_ff=2048,
                         layers=6, **_):
     """Incremental (KV-cached) decoding: encoder once, cross K/V once per sentence (not per
@@ -65,25 +56,3 @@ def model_flop_kwargs(config: dict) -> dict:
     return dict(vocab=config["vocab_size"], d_model=config["d_model"], d_ff=config["d_ff"],
                 layers=config["num_layers"])
 
-
-# --- Table 1 of the paper: one layer on a (B, n, d) sequence -------------------------------
-
-def layer_flops(kind, n, d, batch=1, k=3, r=32):
-    """Matmul FLOPs of one layer as the complexity benchmark computes it.
-
-    self_attention: Q, K, V, O projections (8 n d^2) + QK^T and AV (4 n^2 d).
-    restricted_mask: the same dense computation with a band mask (the mask saves nothing).
-    restricted_blocked: blocks of r queries against 3r keys: 8 n d^2 + 12 n r d.
-    lstm: 4 gates, input and recurrent kernels: 16 n d^2.  gru: 12 n d^2.
-    conv: Conv1D(d, k): 2 k n d^2.  separable_conv: depthwise 2 k n d + pointwise 2 n d^2.
-    """
-    per = {
-        "self_attention": 8 * n * d * d + 4 * n * n * d,
-        "restricted_mask": 8 * n * d * d + 4 * n * n * d,
-        "restricted_blocked": 8 * n * d * d + 12 * n * r * d,
-        "lstm": 16 * n * d * d,
-        "gru": 12 * n * d * d,
-        "conv": 2 * k * n * d * d,
-        "separable_conv": 2 * k * n * d + 2 * n * d * d,
-    }[kind]
-    return batch * per

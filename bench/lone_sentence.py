@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""One sentence at a time: latency of translator exports side by side, and where it goes.
+"""One sentence at a time: latency of translator exports side by side.
 
 `--what latency` loads every SavedModel of --models in this process, replays each one's
 warm-up records (timed: the XLA programs compile there), then translates the first
@@ -17,18 +17,14 @@ text each; its rows ("LABEL (C++ loader)") time `Session::Run` alone and give th
 peak RSS. An XLA export (`--xla-max-batch`) runs its compiled search there too (a plain
 session compiles with XLA:CPU; TF Serving needs --xla_cpu_compilation_enabled=true).
 
-`--what profile` records --limit single-sentence requests of the first model with the
-TensorFlow profiler and splits the summed op time: tokenize and detokenize (the
-SentencePiece ops and the string ops around them), encoder, the decoder loop (per step:
-op runs, by op kind), the loop's frame ops (Enter/Exit/Switch/Merge/NextIteration), an
-XLA program (`_XlaRun`, one event for the whole compiled search), the rest of the chunk
-and signature graph; "executor gaps" = wall time minus summed op time; "signature call"
-= the wall time of a request of zero texts (the fixed cost of calling the signature).
+`--what batch` translates the whole text in one request a pass (the translator's chunks of
+its batch size), the models alternating pass by pass: sentences/s of the median pass.
 
   PYTHONPATH=$PWD python bench/lone_sentence.py --what latency \\
       --models saved_models/multi30k_en_de NEW_EXPORT --limit 200 --repeats 2 --ct2 float32 int8 \\
       --cpp
-  PYTHONPATH=$PWD python bench/lone_sentence.py --what profile --models saved_models/multi30k_en_de
+  PYTHONPATH=$PWD python bench/lone_sentence.py --what batch --limit 1000 --repeats 3 \\
+      --models saved_models/multi30k_en_de NEW_EXPORT
 
 Prints one JSON line at the end.
 """
@@ -53,21 +49,19 @@ import serving_memory
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = os.path.join(REPO, "..", "shared", "data", "multi30k", "test_2016_flickr.en")
-LOOP_FRAME = {"Enter", "Exit", "Switch", "Merge", "NextIteration", "LoopCond",
-              "RefEnter", "RefExit"}
-STRING_OPS = ("Sentencepiece", "String", "Unicode", "Substr")
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--what", choices=["latency", "profile", "batch", "split"],
-                    default="latency")
+    ap.add_argument("--what", choices=["latency", "batch"], default="latency",
+                    help="latency: one sentence a request; batch: the whole text in one "
+                         "request a pass (default: latency)")
     ap.add_argument("--models", nargs="+", required=True,
                     help="SavedModel version dirs or export dirs (their highest version)")
     ap.add_argument("--labels", nargs="+", help="a name per model (default: its path)")
     ap.add_argument("--text", default=TEXT, help="sources, one a line (default: test_2016)")
     ap.add_argument("--limit", type=int, default=200, help="sentences (default: 200)")
-    ap.add_argument("--repeats", type=int, default=2, help="passes over them (latency)")
+    ap.add_argument("--repeats", type=int, default=2, help="passes over them (default: 2)")
     ap.add_argument("--ct2", nargs="*", default=[], metavar="COMPUTE_TYPE",
                     help="CTranslate2 compute types to time beside (e.g. float32 int8)")
     ap.add_argument("--cpp", action="store_true",
@@ -323,151 +317,13 @@ def batch(args):
              "loadavg_1min_before": round(load_before, 2), **bl.machine()})
 
 
-def classify(name, op_type):
-    """The part of a request an op event belongs to."""
-    if op_type == "_XlaRun" or "XlaLaunch" in op_type:
-        return "XLA program (whole search)"
-    if op_type.startswith(STRING_OPS) or "Detokenize" in op_type:
-        return "tokenize / detokenize (string ops)"
-    if op_type in LOOP_FRAME:
-        return "loop frame ops"
-    if "/while/while/body/" in name or "/while/while/cond/" in name:
-        return "decoder loop"
-    if "encoder" in name or "positional_encoding" in name or "embedding" in name:
-        return "encoder"
-    return "chunk and signature graph (ragged, sort, pad, gather, cond)"
-
-
-def profile(args):
-    import tensorflow as tf
-    from profile_ops import op_events
-
-    tf.config.threading.set_inter_op_parallelism_threads(1)  # op times do not overlap
-    fn, _, path = load(args.models[0])
-    replay_warmup(fn, path)
-    lines = read_lines(args.text, args.limit)
-    for line in lines:
-        fn(text=tf.constant([line]))
-    empty = tf.constant([], tf.string)
-    calls = []
-    for _ in range(20):
-        start = time.perf_counter()
-        fn(text=empty)
-        calls.append(1e3 * (time.perf_counter() - start))
-    logdir = tempfile.mkdtemp(prefix="tfx_lone_profile_")
-    tf.profiler.experimental.start(logdir)
-    start = time.perf_counter()
-    for line in lines:
-        fn(text=tf.constant([line]))
-    wall = time.perf_counter() - start
-    tf.profiler.experimental.stop()
-    events = op_events(logdir)
-    n = len(lines)
-    parts, kinds, names = collections.Counter(), collections.Counter(), collections.Counter()
-    runs = collections.Counter()
-    for name, op_type, seconds in events:
-        part = classify(name, op_type)
-        parts[part] += seconds
-        runs[part] += 1
-        if part == "decoder loop":
-            kinds[op_type.lstrip("_").replace("Mkl", "").replace("Native", "")] += seconds
-            names[name] += 1
-    # Each op of the loop body runs once a step (ops in a tf.cond less): the most common
-    # run count of the body's op names is the number of steps.
-    steps = collections.Counter(names.values()).most_common(1)[0][0] if names else 0
-    total = sum(parts.values())
-    bl.log(f"{path}, {n} single-sentence requests: wall {1e3 * wall / n:.2f} ms a request, "
-           f"summed op time {1e3 * total / n:.2f} ms, executor gaps "
-           f"{1e3 * (wall - total) / n:.2f} ms; signature call of 0 texts "
-           f"{statistics.median(calls):.2f} ms; decoder steps {steps / n:.1f} a sentence")
-    table = {}
-    for part, seconds in parts.most_common():
-        table[part] = {"ms_per_request": round(1e3 * seconds / n, 3),
-                       "op_runs_per_request": round(runs[part] / n, 1)}
-        bl.log(f"| {part} | {table[part]['ms_per_request']} | "
-               f"{table[part]['op_runs_per_request']} |")
-    per_step = {}
-    if steps:
-        bl.log(f"decoder loop: {runs['decoder loop'] / steps:.0f} op runs a step, "
-               f"{1e6 * parts['decoder loop'] / steps:.0f} us a step; by kind (us a step):")
-        for kind, seconds in kinds.most_common(15):
-            per_step[kind] = round(1e6 * seconds / steps, 1)
-            bl.log(f"| {kind} | {per_step[kind]} |")
-    durations = sorted(seconds for _, _, seconds in events)
-    bl.emit({"bench": "lone_sentence_profile", "model": path, "requests": n,
-             "wall_ms_per_request": round(1e3 * wall / n, 2),
-             "op_ms_per_request": round(1e3 * total / n, 2),
-             "empty_call_ms": round(statistics.median(calls), 2),
-             "steps_per_sentence": round(steps / n, 2),
-             "loop_op_runs_per_step": round(runs["decoder loop"] / steps, 1) if steps else None,
-             "median_op_us": round(1e6 * durations[len(durations) // 2], 2) if events else None,
-             "parts": table, "loop_us_per_step_by_kind": per_step, "logdir": logdir,
-             **bl.machine()})
-
-
-def split(args):
-    """The compiled path's request, split: the export's weights in an in-process Translator
-    (`xla_max_batch` 1, the export's options and precision); per sentence the whole call,
-    the compiled search alone on its tokenized source, and a call of zero texts; the
-    decoder steps from the graph path's search (`steps`)."""
-    import tensorflow as tf
-
-    from tfxformer import pretrained
-    from tfxformer.decoding import beam_search
-    from tfxformer.models.transformer import Transformer
-    from tfxformer.serving.translator import make_translator
-
-    _, config, path = load(args.models[0])
-    model, record, spm = pretrained.load_saved_model_weights(
-        Transformer, path, precision=config.get("precision", "fp32"))
-    d = record.decoding
-    translator = make_translator(
-        model, spm, record.target_languages, beam_size=d.beam_size, alpha=d.alpha,
-        extra_length=d.extra_length, max_input_tokens=d.max_input_tokens,
-        max_output_tokens=d.max_output_tokens, stopping=d.stopping,
-        length_normalization=d.length_normalization, xla_max_batch=1)
-    search = translator.compiled_search
-    steps_of = tf.function(lambda source: beam_search(
-        model, source, d.beam_size, d.alpha, d.extra_length, d.max_output_tokens,
-        stopping=d.stopping, length_normalization=d.length_normalization).steps,
-        input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
-    lines = read_lines(args.text, args.limit)
-    sources = [translator.tokenize(tf.constant([line])).to_tensor() for line in lines]
-    for bucket in search.length_buckets:  # compile every program first
-        translator(tf.constant([" ".join(["dog"] * (bucket - 1))]))
-    empty = tf.constant([], tf.string)
-    times = collections.defaultdict(list)
-    steps = [int(steps_of(source)[0]) for source in sources]
-    with paused(args.pause_pids):
-        for _ in range(args.repeats):
-            for line, source in zip(lines, sources, strict=True):
-                for name, call, given in (("request", translator, tf.constant([line])),
-                                          ("search", search.search, source),
-                                          ("empty", translator, empty)):
-                    extra = (d.alpha,) if name == "search" else ()
-                    start = time.perf_counter()
-                    tf.nest.map_structure(lambda t: t.numpy(), call(given, *extra))
-                    times[name].append(1e3 * (time.perf_counter() - start))
-    p50 = {name: round(statistics.median(values), 3) for name, values in times.items()}
-    per_step = statistics.median(t / s for t, s in zip(
-        times["search"], steps * args.repeats, strict=True))
-    bl.log(f"{path} ({config.get('precision')}), {len(lines)} sentences: p50 ms {p50}; "
-           f"decoder steps {statistics.mean(steps):.1f} a sentence; compiled search "
-           f"{1e3 * per_step:.0f} us a step (encoder included)")
-    bl.emit({"bench": "lone_sentence_split", "model": path, "p50_ms": p50,
-             "steps_mean": round(statistics.mean(steps), 2),
-             "search_us_per_step": round(1e3 * per_step, 1), "paused": args.pause_pids,
-             **bl.machine()})
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.ct2_child:
         return ct2_child(args)
     if args.labels and len(args.labels) != len(args.models):
         raise SystemExit(f"--labels: {len(args.labels)} names for {len(args.models)} models.")
-    return {"latency": latency, "profile": profile, "batch": batch,
-            "split": split}[args.what](args)
+    return {"latency": latency, "batch": batch}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A killed training run back at work: seconds from restart to the first resumed update.
 
-On a WMT14-sized corpus (default 4.5 M pairs, made at run time as bench/pipeline_speed.py
-makes it, never committed) with the token cache on: scripts/train_wmt.py (a tiny model,
+On a WMT14-sized corpus (default 4.5 M pairs, made at run time by `make_corpus`, never
+committed) with the token cache on: scripts/train_wmt.py (a tiny model,
 op determinism, one log line per update) runs until `ckpt-<checkpoint_every>` is named in
 the state file and `--after` more updates are logged, then gets SIGKILL. The same
 command is run again; it resumes from that checkpoint (the model, the optimizer, the
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
+import gzip
 import json
 import os
 import re
@@ -40,13 +41,54 @@ import sys
 import tempfile
 import time
 
-from pipeline_speed import SHARED, make_corpus
+import numpy as np
 
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 TRAIN_WMT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts",
                          "train_wmt.py")
 STEP_LINE = re.compile(r" step (\d+) loss (\S+) ")
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ (.*)$", re.M)
 POLL_S = 0.05
+
+
+def _lines(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def make_corpus(folder: str, pairs: int, shared: str, seed: int = 0) -> dict:
+    """Writes train.en/.de (`pairs` lines) and val.en/.de (newstest2014)."""
+    news = [(e, d) for year in (2013, 2014) for e, d in zip(
+        _lines(f"{shared}/wmt14/newstest{year}.en"), _lines(f"{shared}/wmt14/newstest{year}.de"),
+        strict=True)]
+    short = list(zip(_lines(f"{shared}/tatoeba/tatoeba.en.gz"),
+                     _lines(f"{shared}/tatoeba/tatoeba.de.gz"), strict=True)) + \
+        list(zip(_lines(f"{shared}/multi30k/train.en"), _lines(f"{shared}/multi30k/train.de"),
+                 strict=True))
+    rng = np.random.default_rng(seed)
+    is_news = rng.random(pairs) < 0.6
+    news_ids = rng.integers(0, len(news), pairs)
+    joins = rng.integers(2, 4, pairs)
+    short_ids = rng.integers(0, len(short), (pairs, 3))
+    words = 0
+    os.makedirs(folder, exist_ok=True)
+    with open(f"{folder}/train.en", "w", encoding="utf-8") as fe, \
+            open(f"{folder}/train.de", "w", encoding="utf-8") as fd:
+        for i in range(pairs):
+            if is_news[i]:
+                en, de = news[news_ids[i]]
+            else:
+                chosen = [short[j] for j in short_ids[i, :joins[i]]]
+                en, de = " ".join(c[0] for c in chosen), " ".join(c[1] for c in chosen)
+            words += de.count(" ") + 1
+            fe.write(en + "\n")
+            fd.write(de + "\n")
+    for lang in ("en", "de"):
+        shutil.copy(f"{shared}/wmt14/newstest2014.{lang}", f"{folder}/val.{lang}")
+    news_words = np.mean([d.count(" ") + 1 for _, d in news])
+    return {"mean_target_words": round(words / pairs, 1),
+            "newstest_mean_target_words": round(float(news_words), 1)}
 
 
 def _command(args, folder: str, run_dir: str) -> list[str]:

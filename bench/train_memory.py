@@ -9,7 +9,6 @@ step is the real one: `Trainer.train_step` under the 1-replica strategy of
   python bench/train_memory.py                          # fp32, the Trainer's default loss
   python bench/train_memory.py --precision bf16
   python bench/train_memory.py --loss logits            # the loss on (B, T, V) logits
-  python bench/train_memory.py --probe gradients        # forward + backward, no update
   python bench/train_memory.py --compare fp32,bf16 --losses logits,fused   # one process each
   python bench/train_memory.py --preset tiny --vocab-size 1000 --steps 1   # smoke test
 
@@ -69,10 +68,6 @@ def parse_args(argv=None):
                     help="the Trainer's loss path: 'logits' = label-smoothed cross-entropy on "
                          "the (B, T, V) logits, 'fused' = projection and loss fused in row "
                          "chunks (Trainer(fused_loss=True)); 'default' = the Trainer's default")
-    ap.add_argument("--probe", choices=["step", "gradients", "forward"], default="step",
-                    help="step: Trainer.train_step; gradients: Trainer.gradients (forward "
-                         "and backward, no update); forward: the training-mode forward and "
-                         "loss only")
     ap.add_argument("--warmup", type=int, default=2, help="steps before the measured ones "
                     "(the first traces the step)")
     ap.add_argument("--steps", type=int, default=3, help="measured steps")
@@ -258,28 +253,15 @@ def build(args):
     return train_speed.build_model(args)
 
 
-def make_step(args, model, trainer):
-    """The --probe function of (src, tgt_in, tgt) numpy ids -> loss (a float)."""
+def make_step(trainer):
+    """Trainer.train_step as a function of (src, tgt_in, tgt) numpy ids -> loss (a float)."""
     import tensorflow as tf
 
-    from tfxformer.losses import label_smoothed_nll
-
-    def batch_of(src, tgt_in, tgt):
-        return ((tf.constant(src, tf.int32), tf.constant(tgt_in, tf.int32)),
-                tf.constant(tgt, tf.int32))
-
-    if args.probe == "step":
-        return lambda *b: trainer.train_step(iter([batch_of(*b)]))["loss"]
-    if args.probe == "gradients":
-        return lambda *b: float(trainer.gradients(batch_of(*b))[0])
-
-    @tf.function
-    def forward(batch):
-        (source, decoder_input), labels = batch
-        logits = model((source, decoder_input), training=True)
-        total, tokens = label_smoothed_nll(labels, logits, 0.1)
-        return total / tokens
-    return lambda *b: float(forward(batch_of(*b)))
+    def step(src, tgt_in, tgt):
+        batch = ((tf.constant(src, tf.int32), tf.constant(tgt_in, tf.int32)),
+                 tf.constant(tgt, tf.int32))
+        return trainer.train_step(iter([batch]))["loss"]
+    return step
 
 
 def measure(args) -> dict:
@@ -302,7 +284,7 @@ def measure(args) -> dict:
     trainer = Trainer(model, optimizer, strategy, label_smoothing=0.1, **kwargs)
     fused = getattr(trainer, "fused_loss", False)  # False: a tree before the fused loss
     phases.mark("optimizer slots", optimizer_variables=len(optimizer.variables))
-    step = make_step(args, model, trainer)
+    step = make_step(trainer)
     warm = bl.fixed_batches(args.warmup, args.batch_size, args.src_len, args.tgt_len,
                             args.vocab_size, seed=1)
     meas = bl.fixed_batches(args.steps, args.batch_size, args.src_len, args.tgt_len,
@@ -324,7 +306,7 @@ def measure(args) -> dict:
     return {
         "bench": "train_memory", "preset": args.preset, "vocab_size": args.vocab_size,
         "batch_size": args.batch_size, "src_len": args.src_len, "tgt_len": args.tgt_len,
-        "precision": args.precision, "dtype_policy": policy, "probe": args.probe,
+        "precision": args.precision, "dtype_policy": policy,
         "loss": "fused" if fused else "logits", "params": model.count_params(),
         "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                     "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
@@ -383,7 +365,7 @@ def compare(args, argv) -> dict:
                          "measured_step_peak_mib": result["measured_step_peak_mib"],
                          "floor_mib": result["floor_mib"]["total_mib"],
                          "losses": result["losses"], "phases": result["phases"]})
-    return {"bench": "train_memory_compare", "preset": args.preset, "probe": args.probe,
+    return {"bench": "train_memory_compare", "preset": args.preset,
             "runs": runs, **bl.machine()}
 
 

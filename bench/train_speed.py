@@ -11,10 +11,9 @@ own: `tfxformer.trainer.Trainer.train_step` under the 1-replica MirroredStrategy
 returns Python floats, so the step has finished); figures are medians over --steps.
 
   python bench/train_speed.py                                # fp32, graph mode
-  python bench/train_speed.py --precision bf16 --xla
   python bench/train_speed.py --peer keras-hub               # + keras-hub, same batches
+  python bench/train_speed.py --peer keras-hub --precision bf16
   python bench/train_speed.py --peer logits-loss             # fused loss vs loss on logits
-  python bench/train_speed.py --lengths 16,32,64,128,256,512 # scaling (4096 tgt tok/batch)
   python bench/train_speed.py --preset tiny --vocab-size 1000 --steps 3   # smoke test
 
 With --peer the two systems alternate step by step after their warm-ups, so drift on a
@@ -33,7 +32,6 @@ import time
 
 import benchlib as bl
 import flops
-import patches
 
 
 def parse_args(argv=None):
@@ -46,20 +44,9 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=10, help="measured steps")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps (tracing, XLA)")
     ap.add_argument("--precision", choices=sorted(bl.POLICIES), default="fp32")
-    ap.add_argument("--xla", action="store_true", help="Trainer(jit_compile=True)")
     ap.add_argument("--peer", choices=["keras-hub", "logits-loss"], default=None,
                     help="also run this peer on the same batches, alternating steps "
                          "(logits-loss: tfxformer with Trainer(fused_loss=False))")
-    ap.add_argument("--loss", choices=["fused", "logits"], default="fused",
-                    help="tfxformer's loss: projection and loss fused in row chunks (the "
-                         "Trainer's default) or the loss on the (B, T, V) logits")
-    ap.add_argument("--lengths", default=None,
-                    help="scaling mode: comma-separated lengths L; source = target = L and "
-                         "batch = --tokens-per-batch // L")
-    ap.add_argument("--tokens-per-batch", type=int, default=4096)
-    ap.add_argument("--patch", default=None,
-                    help="apply bench/patches.py patches to tfxformer first (comma-separated, "
-                         f"{', '.join(sorted(patches.PATCHES))}); measures a proposed fix")
     return ap.parse_args(argv)
 
 
@@ -80,15 +67,10 @@ def build_model(args):
     return model, optimizer, strategy
 
 
-def build_tfxformer(args):
-    """(model config, parameter count, step function) with tfxformer's real train step."""
-    config, params, step, _ = build_steps(args)
-    return config, params, step
-
-
 def build_steps(args):
-    """`build_tfxformer` plus the step with the loss on the logits (`Trainer(fused_loss=
-    False)`) on the same model and optimizer for `--peer logits-loss`, else None."""
+    """(model config, parameter count, tfxformer's real train step, and the step with the
+    loss on the logits (`Trainer(fused_loss=False)`) on the same model and optimizer for
+    `--peer logits-loss`, else None)."""
     import tensorflow as tf
 
     from tfxformer.trainer import Trainer
@@ -96,8 +78,7 @@ def build_steps(args):
     model, optimizer, strategy = build_model(args)
 
     def step_of(fused):
-        trainer = Trainer(model, optimizer, strategy, label_smoothing=0.1,
-                          jit_compile=args.xla, fused_loss=fused)
+        trainer = Trainer(model, optimizer, strategy, label_smoothing=0.1, fused_loss=fused)
 
         def step(src, tgt_in, tgt):
             batch = ((tf.constant(src, tf.int32), tf.constant(tgt_in, tf.int32)),
@@ -106,7 +87,7 @@ def build_steps(args):
         return step
 
     logits_step = step_of(False) if args.peer == "logits-loss" else None
-    return (model.model_config.to_dict(), model.count_params(), step_of(args.loss == "fused"),
+    return (model.model_config.to_dict(), model.count_params(), step_of(True),
             logits_step)
 
 
@@ -182,43 +163,29 @@ def main(argv=None):
     if args.steps < 1 or args.warmup < 0:
         raise SystemExit("--steps must be >= 1 and --warmup >= 0")
     policy = bl.set_precision(args.precision)
-    if args.patch:
-        patches.apply(args.patch)
     config, params, step, peer_step = build_steps(args)
     peer_name = "tfxformer, loss on the logits" if peer_step is not None else None
     if args.peer == "keras-hub":
         from kerashub_peer import make_train_step
 
-        peer_model, peer_step = make_train_step(config, jit_compile=args.xla)
+        peer_model, peer_step = make_train_step(config)
         peer_name = peer_model.peer_name
 
     head = {"bench": "train", "system": "tfxformer Trainer.train_step (MirroredStrategy, 1 "
             "replica)", "preset": args.preset, "vocab_size": args.vocab_size, "params": params,
-            "precision": args.precision, "dtype_policy": policy, "xla": args.xla,
-            "loss": args.loss, "steps": args.steps, "warmup_steps": args.warmup,
+            "precision": args.precision, "dtype_policy": policy,
+            "steps": args.steps, "warmup_steps": args.warmup,
             "peer_system": peer_name,
-            "peak_gflops_for_mfu": flops.PEAK_GFLOPS, "patch": args.patch}
-    if args.lengths:
-        rows = []
-        for length in (int(v) for v in args.lengths.split(",")):
-            batch = max(1, args.tokens_per_batch // length)
-            row = run_one(args, step, config, batch, length, length, peer_step)
-            bl.log(f"L={length:4d} B={batch:4d}: {row['target_tokens_per_second']} tgt tok/s, "
-                   f"step {row['step_s']['median']} s, MFU {row['mfu']}"
-                   + (f", vs peer x{row['ratio_vs_peer']}" if peer_step else ""))
-            rows.append(row)
-        result = {**head, "mode": "scaling", "tokens_per_batch": args.tokens_per_batch,
-                  "rows": rows, "peak_rss_mib": bl.peak_rss_mib()}
-    else:
-        row = run_one(args, step, config, args.batch_size, args.src_len, args.tgt_len,
-                      peer_step)
-        if peer_step is not None:
-            bl.log(f"tfxformer {row['target_tokens_per_second']} tgt tok/s, "
-                   f"{peer_name} {row['peer']['target_tokens_per_second']} tgt tok/s (medians)"
-                   f": ratio {row['ratio_vs_peer']}; best steps {row['ratio_vs_peer_best_step']}"
-                   f"; per-pair median {row['ratio_vs_peer_per_step_pairs']['median']}")
-            row["peak_rss_mib_with_peer"] = bl.peak_rss_mib()
-        result = {**head, "mode": "fixed", **row}
+            "peak_gflops_for_mfu": flops.PEAK_GFLOPS}
+    row = run_one(args, step, config, args.batch_size, args.src_len, args.tgt_len,
+                  peer_step)
+    if peer_step is not None:
+        bl.log(f"tfxformer {row['target_tokens_per_second']} tgt tok/s, "
+               f"{peer_name} {row['peer']['target_tokens_per_second']} tgt tok/s (medians)"
+               f": ratio {row['ratio_vs_peer']}; best steps {row['ratio_vs_peer_best_step']}"
+               f"; per-pair median {row['ratio_vs_peer_per_step_pairs']['median']}")
+        row["peak_rss_mib_with_peer"] = bl.peak_rss_mib()
+    result = {**head, "mode": "fixed", **row}
     bl.emit({**result, **bl.machine()})
 
 

@@ -9,11 +9,8 @@ Systems, each run in its own process (so that `ru_maxrss` is its own peak RSS):
                   same signature: bf16 where the CPU has AVX512_BF16 or AMX, else fp32
                   (bf16 is slower on CPUs without them); Keras int8 slower than fp32
                   (bench/README.md, "Studies").
-                  --best-shortlist K,N adds a vocabulary shortlist to it.
-  tfxformer-shortlist  the same variables re-exported at fp32 with a vocabulary shortlist
-                  (`scripts/export.py --shortlist K,N`, --shortlist, default 20,1000; the
-                  table from the model's training data, multi30k train.en/train.de): the
-                  shortlist lever alone, same signature (docs/serving.md, "Vocabulary shortlist").
+                  --best-shortlist K,N adds a vocabulary shortlist to it (`scripts/export.py
+                  --shortlist K,N`, the table from multi30k train.en/train.de).
   tfxformer-ct2search  the same variables re-exported at fp32 with CTranslate2's search
                   (`scripts/export.py --stopping finished --length-normalization length`):
                   beside ct2-float32, the row that compares the same search.
@@ -34,7 +31,7 @@ translate function, this worker does not), <pad> and <s> never generated
 sentence; equal while no output runs past its own source + 50).
 
 Search, system by system (what stops a sentence before its limit; what log P is divided
-by): tfxformer-fp32, -best and -shortlist run the shipped export's, which the re-exports
+by): tfxformer-fp32 and -best run the shipped export's, which the re-exports
 inherit: "bound" (K hypotheses finished and no alive one could still beat the worst of
 them, even at the length penalty of its limit) and "gnmt" (((5 + |Y|) / 6)^α, |Y| with
 the EOS). tfxformer-ct2search runs "finished" (K hypotheses finished) and "length" (|Y|^α,
@@ -59,7 +56,7 @@ setting: num_batch_threads = cores, --tensorflow_intra_op_parallelism=1); CT2: e
 submitted asynchronously, inter_threads = cores, intra_threads 1. On a machine where
 another job holds a core, pin both sides to the free ones: CT2 with more threads than free
 cores stalls (64 sentences, core 0 busy with a training: 37.5 s and 50.6 s with 2 threads
-vs 0.18 s with 1; `git show cf95ca4^:bench/results/translate_real_sitting1.log`).
+vs 0.18 s with 1).
 
 Environments: the TF part runs in the project venv (PYTHONPATH = repo root), the CT2 part
 in its own venv, no TensorFlow, named by --ct2-python or TFXFORMER_CT2_PYTHON:
@@ -88,11 +85,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "..", "shared", "data")
 EXPORT_DIR = os.path.join(REPO, "saved_models", "multi30k_en_de")
-SYSTEMS = ("tfxformer-fp32", "tfxformer-best", "tfxformer-shortlist", "tfxformer-ct2search",
-           "ct2-float32", "ct2-int8")
+SYSTEMS = ("tfxformer-fp32", "tfxformer-best", "tfxformer-ct2search", "ct2-float32",
+           "ct2-int8")
 # CTranslate2's beam search as export flags: stop at K finished, log P / |Y|^α without EOS.
 CT2_SEARCH = ("--stopping", "finished", "--length-normalization", "length")
-DEFAULT_SHORTLIST = "20,1000"  # BLEU 0.07 below the full vocabulary (docs/serving.md)
 MODES = ("single", "concurrent")
 SETS = {"test_2016_flickr": ("multi30k", "test_2016_flickr"),
         "newstest2014": ("wmt14", "newstest2014")}
@@ -293,7 +289,6 @@ def prepare(args, tmp):
               "ctranslate2", "--model", args.model, "--export-dir", paths["ct2"]], env)
     exports = {"tfxformer-fp32": ("fp32", "fp32", None, ()),
                "tfxformer-best": ("best", args.best_precision, args.best_shortlist, ()),
-               "tfxformer-shortlist": ("shortlist", "fp32", args.shortlist, ()),
                "tfxformer-ct2search": ("ct2search", "fp32", None, CT2_SEARCH)}
     for system, (name, precision, shortlist, search) in exports.items():
         if system not in args.systems:
@@ -431,9 +426,6 @@ def parse_args(argv=None):
     ap.add_argument("--best-shortlist", metavar="K,N",
                     help="--shortlist K,N of the re-export behind tfxformer-best (default: "
                          "none, the full vocabulary)")
-    ap.add_argument("--shortlist", metavar="K,N", default=DEFAULT_SHORTLIST,
-                    help="--shortlist K,N of the re-export behind tfxformer-shortlist "
-                         "(fp32; default: %(default)s)")
     ap.add_argument("--hypotheses-dir", help="keep each system's translations here")
     for hidden in ("--system", "--set", "--hypotheses", "--ct2-dir", "--spm", "--limits"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)

@@ -1,9 +1,7 @@
-"""bench/: no import cycle among the scripts, no private tfxformer name, live patches."""
+"""bench/: no import cycle among the scripts, no private tfxformer name."""
 
 import ast
-import importlib
 import os
-import sys
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "bench")
 # Script name -> its file; the scripts import each other by name.
@@ -55,19 +53,4 @@ def test_bench_uses_no_private_tfxformer_name():
                     and node.value.id in aliases and node.attr.startswith("_")
                     and not node.attr.startswith("__")):
                 raise AssertionError(f"{FILES[name]} uses {node.value.id}.{node.attr}")
-
-
-def _patches():
-    sys.path.insert(0, BENCH)
-    try:
-        return importlib.import_module("patches")
-    finally:
-        sys.path.remove(BENCH)
-
-
-def test_every_patch_replaces_a_live_public_function():
-    for name, (module, attribute, _) in _patches().PATCHES.items():
-        assert not attribute.startswith("_"), name
-        assert callable(getattr(importlib.import_module(module), attribute, None)), (
-            f"patch {name}: {module}.{attribute} is gone")
 

@@ -111,15 +111,16 @@ def _expand_braces(name):
 
 
 def test_cited_bench_logs_exist():
-    """Every log under bench/results/ that a document cites is in the tree: a path
-    `bench/results/...` anywhere (not `COMMIT:bench/results/...`, which git keeps), and in
-    bench/README.md above its Studies also `results/...` and a bare `NAME.log`."""
+    """Every log under bench/results/ that a document (docs/results/ included) cites is in
+    the tree: a path `bench/results/...` anywhere (not `COMMIT:bench/results/...`, which git
+    keeps), and in bench/README.md above its Studies also `results/...` and a bare
+    `NAME.log`."""
     results = os.path.join(ROOT, "bench", "results")
     in_tree = {os.path.relpath(os.path.join(folder, f), results)
                for folder, _, files in os.walk(results) for f in files}
     names = {os.path.basename(p) for p in in_tree}
     cited, missing = 0, []
-    for path in DOCS:
+    for path in DOCS + sorted(glob.glob(os.path.join(ROOT, "docs", "results", "*.md"))):
         text = _read(path)
         found = re.findall(r"(?<![:\w/])bench/results/([\w./{},-]*\w)", text)
         if os.path.relpath(path, ROOT) == os.path.join("bench", "README.md"):
