@@ -33,7 +33,7 @@ POSITION_EMBEDDINGS = ("sinusoidal", "learned")
 # entry point (DecodingOptions, the searches, the exporter, the scripts): "finished", chosen
 # on Multi30k val with the shipped models (each rule at its best α: EN->DE 41.59 against
 # 41.32, EN->FR 57.97 against 58.12, within two seeds' 0.65) for its ~0.56x steps per
-# sentence (saved_models/*/README.md, bench/README.md).
+# sentence (saved_models/*/README.md, bench/STUDIES.md, "Stopping rule").
 STOPPING_RULES = ("bound", "finished")
 DEFAULT_STOPPING = "finished"
 # What a finished hypothesis' log-probability is divided by (length_normalization):

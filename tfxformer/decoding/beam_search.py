@@ -277,7 +277,7 @@ def _gather(x, index):
 class BeamSearchLoop:
     """The loop pieces of :func:`sequence_beam_search` on its state (`initial_state`,
     `step`, `done`, `result`, `leave`), for a driver of one's own: a study ran them in
-    XLA-compiled segments (bench/README.md, "Studies": `git show
+    XLA-compiled segments (bench/STUDIES.md: `git show
     677cc7a:bench/studies/xla_segments.py`).
 
     Args: the step function, K, α, and the end, pad and first ids (`eos_id` as

@@ -5,9 +5,9 @@
 pass over the last axis is written as mean -> centre -> mean of squares of the centred
 values -> rsqrt, instead of Keras' `moments` (a `SquaredDifference` against the broadcast
 mean) followed by folding gamma into the scale: layer normalization was 12 % of a
-beam-search call of the shipped Multi30k model (`bench/profile_ops.py --what translate`),
-and the two graphs were timed against each other by a study (figures in bench/README.md,
-"Studies"; `git show 677cc7a:bench/studies/microbench.py`, `--cases layer_norm`). The
+beam-search call of the shipped Multi30k model, and the two graphs were timed against
+each other by a study (bench/STUDIES.md, "Where the time goes"; `git show
+677cc7a:bench/studies/microbench.py`, `--cases layer_norm`). The
 results agree with Keras' to float32
 rounding (tests/test_layer_norm.py). Like Keras, it
 computes in float32 under mixed precision and returns the compute dtype.

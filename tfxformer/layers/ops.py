@@ -17,7 +17,7 @@ def matmul_last(x, kernel, transpose_b: bool = False):
         return tf.matmul(x, kernel, transpose_b=transpose_b)
     if x.shape.rank == 3 and x.shape[1] == 1 and transpose_b:
         # One row per sequence (a decoding step): oneDNN runs the batched form of a
-        # transposed kernel 1.2x faster than the 2-D one here (bench/README.md, "Studies").
+        # transposed kernel 1.2x faster than the 2-D one here (bench/STUDIES.md).
         return tf.matmul(x, kernel, transpose_b=True)
     # Static widths where the graph allows: a reshape by a constant [-1, D] and one back by
     # x's shape with its last entry moved from D to N, not slices and a concat of shape
