@@ -5,14 +5,16 @@ through tfxformer.serving.segment and tfxformer.serving.casing (the export untou
 Paragraphs: --group consecutive sources joined by a space; (a) translated as they are,
 (b) split with segment.split, all sentences in one pass of batches, joined with
 segment.join, (c) the sources translated one by one and their translations joined by a
-space. Cased sacreBLEU against the --group references joined by a space.
+space. Cased sacreBLEU against the --group references joined by a space, also on the
+paragraphs that segment.split cut into their --group sentences ("those_cut").
 
 Case: the sources ALL CAPS (str.upper) or Title Case (each space-separated word's first
 letter upper-cased, the rest lower-cased); (a) as they are, (b) casing.classify, then
 to_model_case, translate, to_source_case. Case-insensitive sacreBLEU (lowercase=True),
 beside the normal sources' translations (those of (c)), and the share of outputs in the
-source's case. Last, on the clean sources: how many segment.split does not keep as one
-sentence and how many casing.classify does not call as_is (each listed).
+source's case; "sharp_s_as_SS": (b) with "ẞ" written "SS" (ICU's upper-casing of "ß").
+Last, on the clean sources: how many segment.split does not keep as one sentence and how
+many casing.classify does not call as_is (each listed).
 
   PYTHONPATH=$PWD python bench/robust_input.py --model saved_models/multi30k_en_de
 
@@ -92,13 +94,16 @@ def paragraphs(signature, sources, references, args, rules):
     joined = [t.decode("utf-8") for t in segment.join(
         parts.sentences.with_flat_values(out), parts.separators).numpy()]
     singles = translate(signature, sources[:n], args.batch)
-    counts = parts.sentences.row_lengths().numpy()
+    whole = parts.sentences.row_lengths().numpy() == args.group  # every boundary found
+    only = lambda lines: [line for line, keep in zip(lines, whole, strict=True) if keep]  # noqa: E731
     return singles, {
         "paragraphs": len(texts), "sentences_found": len(sentences),
-        "paragraphs_not_cut_into_their_sentences": int((counts != args.group).sum()),
+        "paragraphs_cut_into_their_sentences": int(whole.sum()),
         "split_and_join_ms": round(split_join_ms, 1),
         "bleu_as_is": bleu(translate(signature, texts, args.batch), refs),
-        "bleu_split_join": bleu(joined, refs), "bleu_one_by_one": bleu(cut(singles), refs)}
+        "bleu_split_join": bleu(joined, refs), "bleu_one_by_one": bleu(cut(singles), refs),
+        "those_cut_bleu_split_join": bleu(only(joined), only(refs)),
+        "those_cut_bleu_one_by_one": bleu(only(cut(singles)), only(refs))}
 
 
 def case_study(signature, sources, references, normal, args, change, in_case):
@@ -118,6 +123,8 @@ def case_study(signature, sources, references, normal, args, change, in_case):
     return {"kinds": counts, "bleu_lc_normal_input": bleu(normal, references, True),
             "bleu_lc_as_is": bleu(plain, references, True),
             "bleu_lc_casing": bleu(robust, references, True),
+            "bleu_lc_casing_sharp_s_as_SS": bleu([t.replace("ẞ", "SS") for t in robust],
+                                                 references, True),
             "share_in_case_as_is": share(plain), "share_in_case_casing": share(robust)}
 
 

@@ -26,7 +26,11 @@ def _strings(tensor):
     ("iPhone", "as_is"),
     ("The new iPhone Is Here Now", "as_is"),     # an inner capital
     ("Two Dogs Are Playing In The Snow.", "title"),
-    ("Man's Dog Runs Home", "title"),            # "s": a single letter, either case
+    ("Man's Dog Runs Home", "title"),            # either case after inner punctuation
+    ("A Father-figure In A Blue T-shirt", "title"),
+    ("A Well-Known Tug-of-war", "title"),
+    ("A Woman On A Boat Named \"el Corazon\"", "as_is"),  # a word's first letter
+    ("Two Dogs Play In 3-year-old Snow", "as_is"),
     ("Ünter Äpfel Ößen", "title"),
     ("Two Dogs Play", "title"),
     ("Two Dogs", "as_is"),                       # fewer than three words
@@ -63,11 +67,11 @@ def test_to_model_case_lowers_and_capitalises_sentence_starts():
 
 
 def test_to_source_case():
-    out = ["Zwei Hunde spielen im Schnee.", "Die Straße ist groß.",
+    out = ["Zwei Hunde spielen im Schnee.", "Die Maße der Straße, die Masse.",
            "zwei hunde \"spielen\" im schnee. (das) ist groß", "iPhone bleibt so."]
     kinds = [casing.UPPER, casing.UPPER, casing.TITLE, casing.AS_IS]
     assert _strings(casing.to_source_case(out, kinds)) == [
-        "ZWEI HUNDE SPIELEN IM SCHNEE.", "DIE STRASSE IST GROSS.",
+        "ZWEI HUNDE SPIELEN IM SCHNEE.", "DIE MAẞE DER STRAẞE, DIE MASSE.",
         "Zwei Hunde \"Spielen\" Im Schnee. (Das) Ist Groß", "iPhone bleibt so."]
 
 
@@ -81,6 +85,16 @@ def test_in_a_graph_round_trip_of_kinds():
     assert _strings(echo(tf.constant(texts))) == [
         "TWO DOGS PLAY.", "Two Dogs Play Outside", "Two dogs play.", "", "x"]
     assert echo(tf.constant([], tf.string)).numpy().tolist() == []
+
+
+def test_title_cased_output_classifies_as_title():
+    """to_source_case's Title Case is one classify calls TITLE (and UPPER the same)."""
+    out = ["ein hund mit t-shirt rennt.", "zwei kinder spielen tauziehen", "große straße hier"]
+    for kind in (casing.TITLE, casing.UPPER):
+        cased = casing.to_source_case(out, [kind] * len(out))
+        assert casing.classify(cased).numpy().tolist() == [kind] * len(out)
+    assert _strings(tf.strings.lower(casing.to_source_case(out[2:], [casing.UPPER]),
+                                     encoding="utf-8")) == out[2:]
 
 
 def test_kinds_are_checked():

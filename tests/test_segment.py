@@ -150,3 +150,5 @@ def test_rules_name_the_known_languages():
         segment.rules("xx")
     with pytest.raises(ValueError, match="empty abbreviation"):
         segment.split(["A. B."], abbreviations=["Mr", "."])
+    with pytest.raises(ValueError, match="a list of words"):
+        segment.split(["A. B."], abbreviations="Mr")

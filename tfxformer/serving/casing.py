@@ -14,16 +14,19 @@ Kinds (int32 codes, names in :data:`KINDS`):
 
 - ``UPPER``: no lowercase letter, and at least two words of two or more uppercase letters
   ("TWO DOGS.", "ΔΥΟ ΣΚΥΛΙΑ"); "NASA", "OK 2" and "A B C" stay ``AS_IS``.
-- ``TITLE``: at least three words of two or more letters, each an uppercase letter
-  followed by lowercase ones ("Two Dogs Are Playing"); single letters may be either case.
-  One lowercase word ("Dogs in the Snow"), an inner capital ("iPhone") or a letter of a
-  script without case makes the text ``AS_IS``.
+- ``TITLE``: every space-separated word starts (after any punctuation) with a capital
+  followed by lowercase letters, or is a single letter, and at least three words are
+  capitalised ("Two Dogs Are Playing"). After inner punctuation either case may follow
+  ("Well-known", "Man's", "T-Shirt"). A lowercase word ("Dogs in the Snow"), an inner
+  capital ("iPhone") or a letter of a script without case makes the text ``AS_IS``.
 - ``AS_IS``: everything else; left alone by both conversions.
 
-A word here is a run of letters (combining marks included); digits and punctuation
-separate words. Case conversions are ICU's full Unicode mappings (tf.strings.upper/lower
-with encoding="utf-8"): "ß" upper-cases to "SS" (the capital "ẞ" is not produced), "Ä"
-lower-cases to "ä". Invalid UTF-8 never fails: the conversions replace it by U+FFFD.
+A word of ``UPPER`` is a run of letters (combining marks included). Case conversions are
+ICU's full Unicode mappings (tf.strings.upper/lower with encoding="utf-8"), "Ä" <-> "ä",
+with one choice of ours: :func:`to_source_case` upper-cases "ß" to the capital "ẞ"
+(U+1E9E, in German orthography since 2017), not ICU's "SS", so that "MAẞE" (Maße) stays
+apart from "MASSE" (Masse) and lower-cases back to the word. Invalid UTF-8 never fails: a
+text that is converted has it replaced by U+FFFD.
 """
 
 import tensorflow as tf
@@ -35,14 +38,18 @@ AS_IS, UPPER, TITLE = 0, 1, 2
 KINDS = ("as_is", "upper", "title")
 
 # Each text's letters reduced to one class digit each: 1 upper/titlecase, 2 lowercase,
-# 3 caseless (CJK, Arabic, ...), a space for anything else. Applied in this order.
-_SHAPE = ((r"\p{M}", ""), (r"[^\p{L}]", " "), (r"[\p{Lu}\p{Lt}]", "1"), (r"\p{Ll}", "2"),
-          (r"\p{L}", "3"))
-# On shapes: two all-uppercase words and no lowercase letter.
-_UPPER = r"(?:[13 ]* )?11+ (?:[13 ]* )?11+(?: [13 ]*)?"
-# On shapes: words that are capitalised (12+) or single letters, three capitalised ones.
-_WORD = "(?:12+|1|2)"
-_TITLE_WORDS = f" *(?:{_WORD}(?: +{_WORD})*)? *"
+# 3 caseless (CJK, Arabic, ...); a space for whitespace, "-" for anything else (digits,
+# punctuation). Applied in this order.
+_SHAPE = ((r"\p{M}", ""), (SPACE, " "), (r"[^\p{L} ]", "-"), (r"[\p{Lu}\p{Lt}]", "1"),
+          (r"\p{Ll}", "2"), (r"\p{L}", "3"))
+# On shapes: no lowercase letter, and two runs of two or more uppercase letters.
+_NO_LOWER = "[-13 ]*"
+_TWO_UPPER_WORDS = "(?:.*[- ])?11+[- ](?:.*[- ])?11+(?:[- ].*)?"
+# On shapes: each space-separated token's first letter run capitalised or one letter; runs
+# after inner punctuation ("Well-known", "Man's") capitalised or lowercase; three
+# capitalised runs.
+_TOKEN = "(?:-+|-*(?:12+|1|2)(?:-+(?:12*|2+))*-*)"
+_TITLE_TOKENS = f" *(?:{_TOKEN}(?: +{_TOKEN})*)? *"
 _TITLE_COUNT = "(?:.*12){3}.*"
 # What to capitalise, matched on "\n" + text (the "\n" stands for the text's start): the
 # first letter of each sentence, or of each word.
@@ -55,8 +62,9 @@ def classify(texts):
     shapes = tf.convert_to_tensor(texts, tf.string)
     for pattern, rewrite in _SHAPE:
         shapes = tf.strings.regex_replace(shapes, pattern, rewrite)
-    upper = tf.strings.regex_full_match(shapes, _UPPER)
-    title = (tf.strings.regex_full_match(shapes, _TITLE_WORDS)
+    upper = (tf.strings.regex_full_match(shapes, _NO_LOWER)
+             & tf.strings.regex_full_match(shapes, _TWO_UPPER_WORDS))
+    title = (tf.strings.regex_full_match(shapes, _TITLE_TOKENS)
              & tf.strings.regex_full_match(shapes, _TITLE_COUNT))
     return tf.where(upper, UPPER, tf.where(title, TITLE, AS_IS))
 
@@ -98,10 +106,10 @@ def to_model_case(texts, kinds):
 
 
 def to_source_case(translations, kinds):
-    """`translations` cast into their sources' case: UPPER ones upper-cased whole, TITLE
-    ones with each word's first letter capitalised (a word: what lies between spaces, after
-    any opening quotes or brackets), AS_IS ones unchanged."""
+    """`translations` cast into their sources' case: UPPER ones upper-cased whole ("ß" as
+    "ẞ"), TITLE ones with each word's first letter capitalised (a word: what lies between
+    spaces, after any opening quotes or brackets), AS_IS ones unchanged."""
     translations, kinds = _check(translations, kinds)
-    upper = tf.strings.upper(translations, encoding="utf-8")
+    upper = tf.strings.upper(tf.strings.regex_replace(translations, "ß", "ẞ"), encoding="utf-8")
     title = _upper_starts(translations, _WORD_START)
     return tf.where(kinds == UPPER, upper, tf.where(kinds == TITLE, title, translations))

@@ -94,6 +94,8 @@ class Segments(NamedTuple):
 
 def _no_end_pattern(abbreviations, ordinals):
     """A full-match pattern for words after which a period never ends a sentence."""
+    if isinstance(abbreviations, (str, bytes)):
+        raise ValueError(f"abbreviations: a list of words, not the string {abbreviations!r}")
     words = set()
     for entry in abbreviations:
         entry = entry.strip()
