@@ -34,6 +34,8 @@ import tensorflow_text as tf_text
 
 from tfxformer.serving.segment import CLOSERS, FINAL, NEWLINE, OPENERS, SPACE
 
+__all__ = ["AS_IS", "KINDS", "TITLE", "UPPER", "classify", "to_model_case", "to_source_case"]
+
 AS_IS, UPPER, TITLE = 0, 1, 2
 KINDS = ("as_is", "upper", "title")
 

@@ -36,6 +36,9 @@ from typing import NamedTuple
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+__all__ = ["ABBREVIATIONS", "CLOSERS", "FINAL", "NEWLINE", "OPENERS", "ORDINAL_LANGUAGES",
+           "QUOTES", "SPACE", "STARTER", "Segments", "join", "rules", "split"]
+
 # Character classes shared with :mod:`tfxformer.serving.casing` (RE2 syntax).
 QUOTES = "\"'“”‘’«»„‚‹›"
 OPENERS = "[" + re.escape(QUOTES + "([{¿¡") + "]"
