@@ -3,7 +3,7 @@
 import pytest
 import tensorflow as tf
 
-from tfxformer.serving import segment
+from tfxformer.serving import casing, segment
 
 
 def _split(texts, language="en"):
@@ -137,6 +137,24 @@ def test_batch_of_mixed_texts_in_a_graph_and_translated_sentences_joined():
     assert shout(tf.constant(texts)).numpy().tolist() == [
         b" ONE. TWO!\n\nTHREE ", b"", b"SINGLE", b"  \n"]
     assert shout(tf.constant([], tf.string)).numpy().tolist() == []
+
+
+def test_the_graph_holds_core_and_tensorflow_text_ops_only():
+    """What TF Serving runs: split, casing and join traced together, no py_function."""
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def robust(texts):
+        parts = segment.split(texts, **segment.rules("de"))
+        kinds = casing.classify(parts.sentences.flat_values)
+        out = casing.to_source_case(casing.to_model_case(parts.sentences.flat_values, kinds),
+                                    kinds)
+        return segment.join(parts.sentences.with_flat_values(out), parts.separators)
+
+    graph = robust.get_concrete_function().graph.as_graph_def()
+    ops = {n.op for n in graph.node} | {n.op for f in graph.library.function
+                                        for n in f.node_def}
+    assert "RegexSplitWithOffsets" in ops and "StringUpper" in ops
+    assert not {op for op in ops if not hasattr(tf.raw_ops, op)} - {"RegexSplitWithOffsets"}
+    assert not ops & {"PyFunc", "PyFuncStateless", "EagerPyFunc"}  # core ops, not servable
 
 
 def test_join_rejects_separators_that_do_not_fit():
