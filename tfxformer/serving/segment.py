@@ -117,7 +117,7 @@ def _no_end_pattern(abbreviations, ordinals):
 
 
 def _has(strings, pattern):
-    """Whether `pattern` (anchored by the caller) matches somewhere in each string.
+    """Whether `pattern` matches somewhere in each string (``^``/``$`` in it test an end).
 
     Replacing the match and comparing, rather than a full match of ``.*PATTERN``: RE2's
     ``.`` does not match invalid UTF-8, and a partial match still finds the end."""
@@ -161,9 +161,9 @@ def split(texts, abbreviations=(), ordinals=False):
     total = tf.reduce_sum(tf.cast(begins, tf.int32))
     per_text = tf.cast(tf.math.unsorted_segment_sum(tf.cast(begins, tf.int32), row,
                                                     tf.size(texts)), tf.int64)
-    words = ~breaks
+    inside = ~breaks  # words and the whitespace within sentences
     sentences = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
-        flat[words], started[words] - 1, nrows=total), axis=1)
+        flat[inside], started[inside] - 1, nrows=total), axis=1)
     # Text i's separators are slots (sentences of texts before i) + i ... + per_text[i].
     separators = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
         flat[breaks], (started + row)[breaks], nrows=total + tf.size(texts)), axis=1)
