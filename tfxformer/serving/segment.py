@@ -1,0 +1,196 @@
+"""Sentence splitting and joining as TensorFlow graph ops (strings in, strings out).
+
+A model trained on one sentence per line drops sentences when it is handed a paragraph.
+:func:`split` cuts each text into its sentences and keeps everything between them (the
+exact whitespace and newlines, and the text's leading and trailing whitespace), so that
+:func:`join` puts translated sentences back where the source had them::
+
+    parts = split(texts, **rules("en"))                        # texts (N,)
+    out = translate(parts.sentences.flat_values)               # all sentences, one batch
+    texts_out = join(parts.sentences.with_flat_values(out), parts.separators)
+
+``join(*split(texts))`` gives ``texts`` back byte for byte. Only core TensorFlow and
+tensorflow-text ops are used (both are in TF Serving's op set), vectorized over the batch:
+the texts are cut into words and the whitespace runs between them, and regular
+expressions over those pieces decide which whitespace runs are sentence boundaries.
+
+A whitespace run is a boundary when it holds a line break (``\\n``, ``\\r``, U+2028, ...),
+or when the word before it ends a sentence and the word after it starts one:
+
+- ends: the word ends with . ! ? … (or a run of them: "?!", "...") and then any closing
+  quotes or brackets (``" ' ” ’ » ) ] }``), and is not a known abbreviation ("Mr.",
+  "z.B.", see :func:`rules`), not letters-and-dots only ("J.", "U.S.", "e.g."), and, with
+  ``ordinals=True``, not a number with a period ("3." as in German "am 3. Mai").
+- starts: the word begins with an uppercase letter, a digit, an opening quote or bracket,
+  or a letter of a script without case (Chinese, Arabic, ...); never a lowercase letter.
+
+No-break spaces (U+00A0, U+202F, U+2007) are never boundaries: they stay inside a word
+("Nr.\\u00a05", French "Quoi\\u00a0?"). Decimal numbers ("3.5") are one word and never split.
+Invalid UTF-8 never fails: its bytes are kept as they are, and an invalid byte counts as
+neither a letter nor punctuation (a word beginning with one starts no sentence).
+"""
+
+import re
+from typing import NamedTuple
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+__all__ = ["ABBREVIATIONS", "CLOSERS", "FINAL", "NEWLINE", "OPENERS", "ORDINAL_LANGUAGES",
+           "QUOTES", "SPACE", "STARTER", "Segments", "join", "rules", "split"]
+
+# Character classes shared with :mod:`tfxformer.serving.casing` (RE2 syntax).
+QUOTES = "\"'“”‘’«»„‚‹›"
+OPENERS = "[" + re.escape(QUOTES + "([{¿¡") + "]"
+CLOSERS = "[" + re.escape(QUOTES + ")]}") + "]"
+FINAL = "[" + re.escape(".!?…‼⁇⁈⁉。！？") + "]"
+# Breaking whitespace: \s is ASCII only in RE2; the no-break spaces are left out.
+SPACE = r"[\t\n\x0b\f\r \x{85}\x{1680}\x{2000}-\x{2006}\x{2008}-\x{200a}\x{2028}\x{2029}" \
+        r"\x{205f}\x{3000}]"
+NEWLINE = r"[\n\x0b\f\r\x{85}\x{2028}\x{2029}]"
+# Where a sentence may begin: uppercase or titlecase letter, digit, caseless letter.
+STARTER = r"[\p{Lu}\p{Lt}\p{Nd}\p{Lo}]"
+
+_ENDS = f"{FINAL}{CLOSERS}*$"
+_STARTS = f"^(?:{OPENERS}|{STARTER})"
+_INITIALS = r"(?:\p{L}\.)+"
+
+# Abbreviations after which a period does not end a sentence (as written, final period
+# left off). An entry written in lowercase also matches with its first letter capitalised.
+# Words of single letters and periods ("z.B.", "e.g.", "S.", "U.S.") never end one anyway.
+ABBREVIATIONS = {
+    "en": ("Mr", "Mrs", "Ms", "Dr", "Prof", "St", "vs", "etc", "No", "Nos", "Inc", "Ltd",
+           "Co", "Corp", "Jr", "Sr", "Mt", "Ft", "Gen", "Gov", "Sen", "Rep", "Lt", "Col",
+           "Capt", "Sgt", "Rev", "Hon", "Fig", "Figs", "Vol", "Vols", "Ed", "Eds", "approx",
+           "cf", "al", "ca", "Ave", "Blvd", "Rd", "Jan", "Feb", "Mar", "Apr", "Jun", "Jul",
+           "Aug", "Sep", "Sept", "Oct", "Nov", "Dec", "Ph.D"),
+    "de": ("usw", "bzw", "Nr", "Dr", "Prof", "Hr", "Hrn", "Fr", "ca", "ggf", "vgl", "etc",
+           "evtl", "inkl", "exkl", "bspw", "sog", "Str", "Abs", "Abb", "Bd", "St", "Mio",
+           "Mrd", "Jh", "Jhd", "zzgl", "Tel", "geb", "gest", "Dipl", "Ing", "Mag", "usf",
+           "etw", "Jan", "Feb", "Mär", "Apr", "Jun", "Jul", "Aug", "Sep", "Sept", "Okt", "Nov",
+           "Dez"),
+    "fr": ("MM", "Mme", "Mmes", "Mlle", "Mlles", "Dr", "Pr", "Me", "Mgr", "St", "Ste",
+           "p.ex", "etc", "cf", "av", "apr", "J.-C", "env", "éd", "vol", "chap", "bd", "ex",
+           "janv", "févr", "avr", "juil", "sept", "oct", "nov", "déc"),
+}
+# Languages where "3." before a capitalised word is an ordinal, not a sentence end.
+ORDINAL_LANGUAGES = frozenset({"de"})
+
+
+def rules(language):
+    """The splitting rules of `language` ("de", "en" or "fr") as keyword arguments of
+    :func:`split`: ``split(texts, **rules("de"))``."""
+    if language not in ABBREVIATIONS:
+        raise ValueError(f"no sentence rules for language {language!r}; known: "
+                         f"{sorted(ABBREVIATIONS)} (or call split() with your own "
+                         "abbreviations)")
+    return {"abbreviations": ABBREVIATIONS[language],
+            "ordinals": language in ORDINAL_LANGUAGES}
+
+
+class Segments(NamedTuple):
+    """What :func:`split` returns: text i is ``separators[i][0] + sentences[i][0] +
+    separators[i][1] + ... + sentences[i][k-1] + separators[i][k]``."""
+    sentences: tf.RaggedTensor   # (N, None) string: the sentences of each text
+    separators: tf.RaggedTensor  # (N, None) string: one more per text than its sentences
+
+
+def _no_end_pattern(abbreviations, ordinals):
+    """A full-match pattern for words after which a period never ends a sentence."""
+    if isinstance(abbreviations, (str, bytes)):
+        raise ValueError(f"abbreviations: a list of words, not the string {abbreviations!r}")
+    words = set()
+    for entry in abbreviations:
+        entry = entry.strip()
+        entry = entry[:-1] if entry.endswith(".") else entry
+        if not entry:
+            raise ValueError(f"empty abbreviation in {list(abbreviations)!r}")
+        words.add(entry)
+        if entry[0].islower():
+            words.add(entry[0].upper() + entry[1:])
+    kinds = [_INITIALS]
+    if words:
+        kinds.append("(?:" + "|".join(re.escape(w) for w in sorted(words)) + r")\.")
+    if ordinals:
+        kinds.append(r"\p{Nd}+\.")
+    return f"{OPENERS}*(?:{'|'.join(kinds)})"
+
+
+def _has(strings, pattern):
+    """Whether `pattern` matches somewhere in each string (``^``/``$`` in it test an end).
+
+    Replacing the match and comparing, rather than a full match of ``.*PATTERN``: RE2's
+    ``.`` does not match invalid UTF-8, and a partial match still finds the end."""
+    return tf.not_equal(tf.strings.regex_replace(strings, pattern, "", replace_global=False),
+                        strings)
+
+
+def split(texts, abbreviations=(), ordinals=False):
+    """Cuts each text into its sentences, keeping what lies between them.
+
+    Args:
+        texts: (N,) string tensor (or list of str).
+        abbreviations: words after which a period does not end a sentence, e.g.
+            ``rules("en")["abbreviations"]``; with or without the final period.
+        ordinals: a number with a period ("3.") does not end a sentence (German).
+
+    Returns:
+        :class:`Segments`: `sentences` (N, None) and `separators` (N, None) with one more
+        per text than sentences. A text of only whitespace (or empty) has no sentence and
+        one separator, the text itself; a text with no whitespace around its one sentence
+        has the separators ``["", ""]``.
+    """
+    texts = tf.convert_to_tensor(texts, tf.string)
+    pieces = tf_text.regex_split(texts, SPACE + "+", SPACE + "+")  # (N, P): words, spaces
+    flat = pieces.flat_values
+    row = tf.cast(pieces.value_rowids(), tf.int32)
+    position = tf.range(tf.size(flat)) - tf.gather(tf.cast(pieces.row_starts(), tf.int32), row)
+    last = tf.gather(tf.cast(pieces.row_lengths(), tf.int32), row) - 1
+    is_space = tf.strings.regex_full_match(flat, SPACE + "+")
+    ends = _has(flat, _ENDS) & ~tf.strings.regex_full_match(
+        flat, _no_end_pattern(abbreviations, ordinals))
+    starts = _has(flat, _STARTS)
+    # Interior whitespace always has a word on each side, in the same text.
+    prev_ends = tf.concat([[False], ends[:-1]], 0)
+    next_starts = tf.concat([starts[1:], [False]], 0)
+    breaks = is_space & ((position == 0) | (position == last) | _has(flat, NEWLINE)
+                         | (prev_ends & next_starts))
+    prev_breaks = tf.concat([[True], breaks[:-1]], 0)
+    begins = ~breaks & ((position == 0) | prev_breaks)
+    started = tf.cumsum(tf.cast(begins, tf.int32))  # sentences begun up to here, all texts
+    total = tf.reduce_sum(tf.cast(begins, tf.int32))
+    per_text = tf.cast(tf.math.unsorted_segment_sum(tf.cast(begins, tf.int32), row,
+                                                    tf.size(texts)), tf.int64)
+    inside = ~breaks  # words and the whitespace within sentences
+    sentences = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
+        flat[inside], started[inside] - 1, nrows=total), axis=1)
+    # Text i's separators are slots (sentences of texts before i) + i ... + per_text[i].
+    separators = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
+        flat[breaks], (started + row)[breaks], nrows=total + tf.size(texts)), axis=1)
+    return Segments(tf.RaggedTensor.from_row_lengths(sentences, per_text),
+                    tf.RaggedTensor.from_row_lengths(separators, per_text + 1))
+
+
+def join(sentences, separators):
+    """The texts rebuilt from (translated) `sentences` and the source's `separators`.
+
+    Args:
+        sentences: (N, None) string RaggedTensor, e.g. ``parts.sentences.with_flat_values(
+            translations)``.
+        separators: (N, None) string RaggedTensor from :func:`split`, one more per text.
+
+    Returns:
+        (N,) string tensor: ``sep0 + sent0 + sep1 + ... + sent(k-1) + sepk`` per text.
+    """
+    tf.debugging.assert_equal(
+        tf.cast(separators.row_lengths(), tf.int64),
+        tf.cast(sentences.row_lengths(), tf.int64) + 1,
+        message="join(): each text needs one separator more than it has sentences, as "
+                "split() returns them")
+    texts = separators.nrows()
+    ends = tf.RaggedTensor.from_row_lengths(tf.fill([texts], ""),
+                                            tf.ones([texts], sentences.row_splits.dtype))
+    padded = tf.concat([sentences, ends], axis=1)  # (N, k + 1), aligned with separators
+    pairs = tf.reshape(tf.stack([separators.flat_values, padded.flat_values], axis=1), [-1])
+    return tf.strings.reduce_join(
+        tf.RaggedTensor.from_row_splits(pairs, separators.row_splits * 2), axis=1)
