@@ -63,6 +63,30 @@ def test_shipped_model_is_small_enough_and_states_how_it_was_made(shipped):
                                         "tf_serving_warmup_requests")) > 0
 
 
+def _signatures(version_dir):
+    """{signature: (inputs, outputs)}, each {name: (dtype, shape)}, read from the
+    SavedModel's protocol buffer (nothing is loaded)."""
+    from tensorflow.python.saved_model import loader_impl
+
+    graph = loader_impl.parse_saved_model(version_dir).meta_graphs[0]
+
+    def specs(tensors):
+        return {name: (info.dtype, tuple(d.size for d in info.tensor_shape.dim))
+                for name, info in tensors.items()}
+
+    return {name: (specs(sig.inputs), specs(sig.outputs))
+            for name, sig in graph.signature_def.items() if not name.startswith("__")}
+
+
+def test_shipped_models_have_every_signature_of_a_fresh_export(shipped, tiny_export):
+    """TF Serving users of a shipped model get what docs/serving.md and docs/steering.md
+    list: the signatures of a default export made with today's code, inputs and outputs."""
+    want, got = _signatures(tiny_export), _signatures(shipped[0])
+    assert sorted(got) == sorted(want)
+    for name, (inputs, outputs) in want.items():
+        assert got[name] == (inputs, outputs), name
+
+
 def test_card_names_the_shipped_version_and_has_a_score_table(shipped):
     text, name, version = _card(shipped[0])
     assert f"| version | **{version}** (`saved_models/{name}/{version}/`) |" in text
