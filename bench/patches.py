@@ -21,8 +21,8 @@ before a change (or a sketch of a proposed one), so `train_speed.py`, `decode_sp
               with a subclass whose `_best_of_beam` is the plain Python function.
   per_graph_encoder  every graph of an export traces its own encoder and teacher-forced
               decoder, as exports did before the signatures shared one function of each
-              per model (:mod:`tfxformer.decoding.shared`). Replaces
-              `tfxformer.decoding.shared.traced_once` with a context that shares nothing.
+              per model (:mod:`tfxformer.decoding.model_calls`). Replaces
+              `tfxformer.decoding.model_calls.traced_once` with a context that shares nothing.
 
 Sketches that tfxformer has since adopted or that measured slower are gone; their
 verdicts are in bench/README.md, "Studies" (`fused_loss`, `fused_topk`: `git show
@@ -70,7 +70,7 @@ def per_signature_decode():
 
 @contextlib.contextmanager
 def shares_nothing(functions):
-    """`traced_once` that leaves :func:`tfxformer.decoding.shared.encode` and `decode` as
+    """`traced_once` that leaves :func:`tfxformer.decoding.model_calls.encode` and `decode` as
     the model's own methods, traced where they are called."""
     yield
 
@@ -85,7 +85,7 @@ class Factory:
 PATCHES = {
     "per_signature_decode": ("tfxformer.serving.translator", "Translator",
                              Factory(per_signature_decode)),
-    "per_graph_encoder": ("tfxformer.decoding.shared", "traced_once", shares_nothing),
+    "per_graph_encoder": ("tfxformer.decoding.model_calls", "traced_once", shares_nothing),
     "batched_projection": ("tfxformer.models.lean_step", "output_projection",
                            batched_projection),
     "layer_step": ("tfxformer.models.lean_step", "unsupported", lambda model: "patched off"),

@@ -68,49 +68,6 @@ def width(count):
     return tf.reduce_max(tf.concat([count, [1]], axis=0))
 
 
-def decode_grouped(keys, lengths, chunk_size, decode, dtypes, ranks=None):
-    """Decodes N rows in groups of equal `keys` ((N, G) int32: rows whose decoding options
-    are equal), each group sorted by `lengths` (N,) (longest first, little padding) and
-    cut into chunks of at most `chunk_size` rows.
-
-    `decode(rows)` gets the (B,) int64 row indices of one chunk and returns a tuple of
-    tensors (B, K) (or of the rank in `ranks`, every axis after the first of one size
-    in all chunks) of `dtypes`; the result is that tuple for all N rows, in row order.
-    """
-    ranks = ranks or [2] * len(dtypes)
-    order = tf.argsort(lengths, direction="DESCENDING", stable=True)
-    unique = tf.raw_ops.UniqueV2(x=tf.gather(keys, order), axis=tf.constant([0], tf.int64))
-    groups = tf.shape(unique.y)[0]
-
-    def group_body(g, n, rows_out, arrays):
-        members = tf.cast(tf.gather(order, tf.where(tf.equal(unique.idx, g))[:, 0]), tf.int64)
-        total = tf.size(members)
-        chunks = (total + chunk_size - 1) // chunk_size
-
-        def chunk_body(c, n, rows_out, arrays):
-            rows = members[c * chunk_size:tf.minimum((c + 1) * chunk_size, total)]
-            outputs = decode(rows)
-            arrays = [a.write(n, o) for a, o in zip(arrays, outputs, strict=True)]
-            return c + 1, n + 1, rows_out.write(n, rows), arrays
-
-        _, n, rows_out, arrays = tf.while_loop(lambda c, *_: c < chunks, chunk_body,
-                                               [tf.constant(0), n, rows_out, arrays])
-        return g + 1, n, rows_out, arrays
-
-    rows_out = tf.TensorArray(tf.int64, size=0, dynamic_size=True, infer_shape=False,
-                              element_shape=[None])
-    arrays = [tf.TensorArray(d, size=0, dynamic_size=True, infer_shape=False,
-                             element_shape=[None] * r) for d, r in zip(dtypes, ranks,
-                                                                        strict=True)]
-    _, n, rows_out, arrays = tf.while_loop(lambda g, *_: g < groups, group_body,
-                                           [tf.constant(0), tf.constant(0), rows_out, arrays])
-    empty = tf.equal(n, 0)
-    rows = tf.cond(empty, lambda: tf.zeros([0], tf.int64), rows_out.concat)
-    inverse = tf.math.invert_permutation(rows)
-    return tuple(tf.gather(tf.cond(empty, lambda d=d, r=r: tf.zeros([0] * r, d), a.concat),
-                           inverse) for a, d, r in zip(arrays, dtypes, ranks, strict=True))
-
-
 def nbest_lists(ids, lengths, scores, count, k, detokenize, token_log_probs=None,
                 pieces=None):
     """A chunk's n-best lists from a beam search: ids (B, beam, L), lengths and scores

@@ -12,13 +12,14 @@ import tensorflow as tf
 from tfxformer import checks, multilingual
 from tfxformer.config import DecodingOptions
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
-from tfxformer.decoding import beam_search, greedy_decode, shared
+from tfxformer.decoding import beam_search, greedy_decode, model_calls
+from tfxformer.decoding.chunking import decode_in_chunks
 from tfxformer.decoding.common import NEG_INF, followed_in_row, next_token_log_probs, rows_to_ragged
 from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.sampling import fold_seed, seed_key
-from tfxformer.decoding.scoring import score_ragged
+from tfxformer.decoding.scoring import next_logits, score_ragged
 from tfxformer.decoding.shortlist import check_table, shortlist_ids
-from tfxformer.decoding.steering import Steering, next_logits, steer_logits
+from tfxformer.decoding.steering import Steering, steer_logits
 from tfxformer.ids import EOS_ID, PAD_ID
 from tfxformer.serving import steering
 from tfxformer.serving.compiled import CompiledSearch
@@ -50,11 +51,11 @@ def _signature(*specs):
     """A signature's `tf.function`. The translator is graph code (tf.while_loop, tf.cond):
     traced without AutoGraph, which would convert every Keras call it reaches (a third of
     an export's time). Every signature of a translator calls one encoder function per
-    model (:mod:`tfxformer.decoding.shared`): an export traces and holds the encoder once."""
+    model (:mod:`tfxformer.decoding.model_calls`): an export traces and holds the encoder once."""
     def decorate(method):
         @functools.wraps(method)
         def traced(self, *args):
-            with shared.traced_once(self._shared_functions):
+            with model_calls.traced_once(self._shared_functions):
                 return method(self, *args)
 
         return tf.function(traced, input_signature=list(specs), autograph=False)
@@ -321,7 +322,7 @@ class Translator(tf.Module):
         keys = tf.stack([options["beam_size"], tf.bitcast(options["alpha"], tf.int32),
                          options["extra_length"]], axis=1)
 
-        def decode(rows):
+        def decode(rows, _):
             source = tf.gather(pieces, rows).to_tensor()
             first = {name: value[rows[0]] for name, value in options.items()}
             steer = steering.chunk_steering(tf.gather(ngram, rows), tf.gather(penalty, rows),
@@ -350,20 +351,20 @@ class Translator(tf.Module):
             *lists, words, values = steering.steered_lists(
                 search, first_pieces, source, steer, tf.gather(count, rows), k, detokenize,
                 self._token_pieces)
-            # every chunk's columns alike (decode_grouped concatenates them)
+            # every chunk's columns alike (decode_in_chunks concatenates them)
             pad = [[0, 0], [0, 0], [0, self.max_output_tokens - tf.shape(words)[2]]]
             return (*lists, tf.pad(words, pad), tf.pad(values, pad))
 
         lengths = tf.cast(pieces.row_lengths(), tf.int32)
         if not token_scores:
-            lists = steering.decode_grouped(keys, lengths, self.max_batch_size, decode,
-                                            (tf.string, tf.float32))
+            lists = decode_in_chunks(lengths, self.max_batch_size, decode,
+                                     (tf.string, tf.float32), (2, 2), keys)
             translations, scores = steering.with_blank_rows(blank, *lists, k)
             return {"translations": translations, "scores": scores, "truncated": truncated,
                     "warning": warning}
-        lists = steering.decode_grouped(
-            keys, lengths, self.max_batch_size, decode,
-            (tf.string, tf.float32, tf.int32, tf.float32), ranks=(2, 2, 3, 3))
+        lists = decode_in_chunks(
+            lengths, self.max_batch_size, decode,
+            (tf.string, tf.float32, tf.int32, tf.float32), (2, 2, 3, 3), keys)
         translations, scores, ids, values = steering.with_blank_rows(blank, *lists[:2], k,
                                                                      *lists[2:])
         used = tf.reduce_max(tf.concat([tf.reshape(tf.reduce_sum(
