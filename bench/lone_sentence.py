@@ -415,7 +415,7 @@ def split(args):
     from tfxformer import pretrained
     from tfxformer.decoding import beam_search
     from tfxformer.models.transformer import Transformer
-    from tfxformer.serving.translator import make_translator
+    from tfxformer.serving.multilingual_translator import make_translator
 
     _, config, path = load(args.models[0])
     model, record, spm = pretrained.load_saved_model_weights(

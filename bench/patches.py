@@ -17,8 +17,8 @@ before a change (or a sketch of a proposed one), so `train_speed.py`, `decode_sp
 
   per_signature_decode  every signature traces its own beam search, as exports did before
               translate_with_options and translate_per_example called one traced decode
-              (`Translator._best_of_beam`). Replaces `tfxformer.serving.translator.Translator`
-              with a subclass whose `_best_of_beam` is the plain Python function.
+              (`Search.best_of_beam`). Replaces `tfxformer.serving.search.Search` with a
+              subclass whose `best_of_beam` is the plain Python function.
   per_graph_encoder  every graph of an export traces its own encoder and teacher-forced
               decoder, as exports did before the signatures shared one function of each
               per model (:mod:`tfxformer.decoding.model_calls`). Replaces
@@ -55,13 +55,14 @@ def batched_projection(rows, dtype):
 
 
 def per_signature_decode():
-    """A `Translator` subclass that traces beam search in each signature's own graph."""
-    from tfxformer.serving.translator import Translator
+    """A translator's `Search` subclass that traces beam search in each signature's own
+    graph."""
+    from tfxformer.serving.search import Search
 
-    class PerSignatureDecode(Translator):
+    class PerSignatureDecode(Search):
         @property
-        def _best_of_beam(self):
-            best = Translator._best_of_beam.func(self).python_function
+        def best_of_beam(self):
+            best = Search.best_of_beam.func(self).python_function
             best.python_function = best
             return best
 
@@ -83,7 +84,7 @@ class Factory:
 
 
 PATCHES = {
-    "per_signature_decode": ("tfxformer.serving.translator", "Translator",
+    "per_signature_decode": ("tfxformer.serving.search", "Search",
                              Factory(per_signature_decode)),
     "per_graph_encoder": ("tfxformer.decoding.model_calls", "traced_once", shares_nothing),
     "batched_projection": ("tfxformer.models.lean_step", "output_projection",
