@@ -36,20 +36,21 @@ def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, toke
     columns = search.options.max_output_tokens
 
     def decode(rows, _):
-        source = tf.gather(pieces, rows).to_tensor()
+        source_ids = tf.gather(pieces, rows).to_tensor()  # (B, S)
         first = {name: value[rows[0]] for name, value in decoded.options.items()}
         prefix, phrases = tf.gather(decoded.prefix, rows), tf.gather(decoded.phrases, rows)
         ngram, penalty = tf.gather(decoded.ngram, rows), tf.gather(decoded.penalty, rows)
         steer = chunk_steering(ngram, penalty, prefix, phrases)
         # the prefixes' and phrases' pieces are in the shortlist too
-        shortlist = search.shortlist(source, tf.concat([prefix.flat_values,
-                                                        phrases.flat_values], axis=0))
+        shortlist = search.shortlist(source_ids, tf.concat([prefix.flat_values,
+                                                            phrases.flat_values], axis=0))
 
         def steered(source, steer):
             return search.steered(source, first, steer, shortlist, token_scores)
 
         def first_pieces(rows, k):
-            return search.first_pieces(tf.gather(source, rows), tf.gather(steer.prefix, rows),
+            return search.first_pieces(tf.gather(source_ids, rows),
+                                       tf.gather(steer.prefix, rows),
                                        tf.gather(steer.prefix_lengths, rows),
                                        tf.gather(ngram, rows), tf.gather(penalty, rows), k,
                                        shortlist)
@@ -59,9 +60,9 @@ def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, toke
 
         count = tf.gather(decoded.count, rows)
         if not token_scores:
-            return steered_lists(steered, first_pieces, source, steer, count, k, to_text)
-        *lists, words, values = steered_lists(steered, first_pieces, source, steer, count, k,
-                                              to_text, codec.reading_order)
+            return steered_lists(steered, first_pieces, source_ids, steer, count, k, to_text)
+        *lists, words, values = steered_lists(steered, first_pieces, source_ids, steer, count,
+                                              k, to_text, codec.reading_order)
         # every chunk's columns alike (decode_in_chunks concatenates them)
         pad = [[0, 0], [0, 0], [0, columns - tf.shape(words)[2]]]
         return (*lists, tf.pad(words, pad), tf.pad(values, pad))

@@ -352,11 +352,11 @@ class Translator(tf.Module):
             keys = option_keys(options)
 
         def decode(rows, chunk):
-            source = tf.gather(pieces, rows).to_tensor()
+            source_ids = tf.gather(pieces, rows).to_tensor()  # (B, S)
             chunk_options = options if keys is None else {
                 name: value[rows[0]] for name, value in options.items()}
-            ids, lengths, scores = self.search.best(source, chunk_options,
-                                                    self.search.shortlist(source), chunk)
+            ids, lengths, scores = self.search.best(source_ids, chunk_options,
+                                                    self.search.shortlist(source_ids), chunk)
             return self.codec.to_text(ids, lengths, tokenizer), scores
 
         translations, scores = decode_in_chunks(
