@@ -199,8 +199,8 @@ def test_an_export_without_the_input_refuses_constraints_only():
     NBestFn says to re-export."""
     from tfxformer.config import DecodingOptions
     from tfxformer.serving.nbest import Line, NBestFn
+    from tfxformer.serving.nbest_request import NBEST_SPECS
     from tfxformer.serving.signatures import OpenedSignature
-    from tfxformer.serving.steering import NBEST_SPECS
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text"),
                                   *NBEST_SPECS[:-1]])

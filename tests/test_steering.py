@@ -162,29 +162,30 @@ def test_alternatives_are_the_most_probable_next_pieces_each_continued(translato
     """After the prefix come the most probable pieces (EOS left out), most probable first,
     each the start of its own search's best continuation."""
     from tfxformer.decoding import score_targets
-    from tfxformer.serving import steering
+    from tfxformer.serving import nbest_lists
 
     source = translator.tokenize(tf.constant([SOURCES[0]])).to_tensor()
     prefix = processor.encode("Ein Hund")
     first = dict(beam_size=tf.constant(3), alpha=tf.constant(0.6),
                  extra_length=tf.constant(4))
-    steer = steering.chunk_steering(tf.constant([0]), tf.constant([1.0]),
-                                    tf.ragged.constant([prefix]))
+    steer = nbest_lists.chunk_steering(tf.constant([0]), tf.constant([1.0]),
+                                       tf.ragged.constant([prefix]))
 
     def search(source, steer):
-        return translator._steered_search(source, first, steer, None)
+        return translator.search.steered(source, first, steer, None)
 
     def first_pieces(rows, k):
-        return translator._first_pieces(tf.gather(source, rows), tf.gather(steer.prefix, rows),
-                                        tf.gather(steer.prefix_lengths, rows),
-                                        tf.constant([0]), tf.constant([1.0]), k, None)
+        return translator.search.first_pieces(
+            tf.gather(source, rows), tf.gather(steer.prefix, rows),
+            tf.gather(steer.prefix_lengths, rows), tf.constant([0]), tf.constant([1.0]), k,
+            None)
 
     def ids_text(ids, lengths):
         kept = tf.RaggedTensor.from_tensor(ids, lengths=lengths)
         return tf.strings.reduce_join(tf.strings.as_string(kept), axis=1, separator=" ")
 
-    texts, _ = steering.steered_lists(search, first_pieces, source, steer, tf.constant([3]),
-                                      3, ids_text)
+    texts, _ = nbest_lists.steered_lists(search, first_pieces, source, steer,
+                                         tf.constant([3]), 3, ids_text)
     hypotheses = [[int(t) for t in row.split()] for row in texts.numpy()[0]]
     assert all(h[:len(prefix)] == prefix for h in hypotheses)
     after = [h[len(prefix)] for h in hypotheses]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfxformer import checks
-from tfxformer.decoding import shared
+from tfxformer.decoding import model_calls
 from tfxformer.decoding.common import DEFAULTS, DecodeStart, check_nonnegative_int
 from tfxformer.decoding.shortlist import check_shortlist
 
@@ -64,7 +64,7 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
     one row per sentence, into the same cache layout.
     """
     source_ids = tf.convert_to_tensor(source_ids)
-    memory, source_mask = shared.encode(model, source_ids)
+    memory, source_mask = model_calls.encode(model, source_ids)
     limits, length = output_limits(source_mask, _position_cap(model, max_output_length),
                                    extra_length)
     batch = tf.shape(source_ids)[0]

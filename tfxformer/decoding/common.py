@@ -1,6 +1,11 @@
 """Pieces both decoders share: what a search starts from, option checks, next-token
 log-probabilities, and the row bookkeeping that lets finished sentences leave the batch.
 
+Functions of tensors and Python values only: this module knows no model and holds no
+state. How a search calls a model's encoder and decoder (directly, or through one traced
+function per model while an export traces its graphs) is
+:mod:`tfxformer.decoding.model_calls`'.
+
 A search runs on a *step function* (as flax's `decode.beam_search(..., tokens_to_logits)`
 and tf-models' `SequenceBeamSearch(symbols_to_logits_fn, ...)`), not on a model::
 

@@ -11,6 +11,8 @@ a search's own output is its unnormalized search score. An ensemble (a list of m
 scores with the members' averaged probabilities, as its searches do
 (:mod:`tfxformer.decoding.ensemble`): log p(y) = logsumexp_i log p_i(y) - log N.
 The length-normalised score is the mean over the target tokens, log P(Y | X) / |Y|.
+:func:`next_logits` is the same teacher-forced decode read at one position: the logits of
+the token after a given target prefix (a translator's alternatives after a prefix).
 
 Shapes: B pairs, S source length, T target length (EOS included), V vocabulary.
 """
@@ -22,11 +24,12 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from tfxformer.decoding import shared
-from tfxformer.decoding.ensemble import check_members, members
+from tfxformer.decoding import model_calls
+from tfxformer.decoding.chunking import decode_in_chunks
+from tfxformer.decoding.ensemble import check_members, ensemble_log_probs, members
 from tfxformer.ids import BOS_ID, PAD_ID
 
-__all__ = ["ScoreOutput", "score_ragged", "score_targets"]
+__all__ = ["ScoreOutput", "next_logits", "score_ragged", "score_targets"]
 
 
 class ScoreOutput(NamedTuple):
@@ -41,8 +44,8 @@ class ScoreOutput(NamedTuple):
 def _token_log_probs(model, source_ids, decoder_inputs, target_ids):
     """(B, T) float32 log softmax(logits)[target] of one model, without materializing the
     (B, T, V) log-softmax: logit[target] - logsumexp(logits)."""
-    memory, source_mask = shared.encode(model, source_ids)
-    logits = tf.cast(shared.decode(model, decoder_inputs, memory, source_mask), tf.float32)
+    memory, source_mask = model_calls.encode(model, source_ids)
+    logits = tf.cast(model_calls.decode(model, decoder_inputs, memory, source_mask), tf.float32)
     chosen = tf.gather(logits, target_ids, batch_dims=2)  # (B, T)
     return chosen - tf.reduce_logsumexp(logits, axis=-1)
 
@@ -85,31 +88,38 @@ def score_targets(model, source_ids, target_ids, pad_id=PAD_ID, bos_id=BOS_ID):
 def score_ragged(model, source_ids, target_ids, batch_size):
     """:func:`score_targets` of ragged pairs in the graph: (N, None) source and target
     ids (ragged, no padding), scored `batch_size` pairs at a time in order of length
-    (little padding, bounded memory); results in input order.
+    (:func:`tfxformer.decoding.chunking.decode_in_chunks`: little padding, bounded
+    memory); results in input order.
 
     Returns:
         (token_log_probs (N, None) ragged float32, lengths (N,) int32, scores (N,) float32).
     """
-    total = source_ids.nrows(out_type=tf.int32)
-    order = tf.argsort(source_ids.row_lengths() + target_ids.row_lengths(),
-                       direction="DESCENDING", stable=True)
-    sources, targets = tf.gather(source_ids, order), tf.gather(target_ids, order)
-    chunks = (total + batch_size - 1) // batch_size
+    lengths = tf.cast(target_ids.row_lengths(), tf.int32)
+    width = tf.reduce_max(tf.concat([lengths, [0]], axis=0))  # every chunk's columns
 
-    def body(c, values, scores):
-        rows = tf.range(c * batch_size, tf.minimum((c + 1) * batch_size, total))
-        target = tf.gather(targets, rows)
-        out = score_targets(model, tf.gather(sources, rows).to_tensor(), target.to_tensor())
-        kept = tf.RaggedTensor.from_tensor(out.token_log_probs, lengths=target.row_lengths())
-        return c + 1, values.write(c, kept.flat_values), scores.write(c, out.scores)
+    def score(rows, _):
+        target = tf.gather(target_ids, rows).to_tensor()
+        out = score_targets(model, tf.gather(source_ids, rows).to_tensor(), target)
+        padding = [[0, 0], [0, width - tf.shape(out.token_log_probs)[1]]]
+        return tf.pad(out.token_log_probs, padding), out.scores
 
-    arrays = [tf.TensorArray(tf.float32, size=chunks, infer_shape=False, element_shape=[None])
-              for _ in range(2)]
-    _, values, scores = tf.while_loop(lambda c, *_: c < chunks, body,
-                                      [tf.constant(0), *arrays])
-    empty = tf.equal(total, 0)
-    values, scores = (tf.cond(empty, lambda: tf.zeros([0]), a.concat) for a in (values, scores))
-    lengths = tf.cast(targets.row_lengths(), tf.int32)
-    inverse = tf.math.invert_permutation(order)
-    token_log_probs = tf.gather(tf.RaggedTensor.from_row_lengths(values, lengths), inverse)
-    return token_log_probs, tf.gather(lengths, inverse), tf.gather(scores, inverse)
+    values, scores = decode_in_chunks(source_ids.row_lengths() + target_ids.row_lengths(),
+                                      batch_size, score, (tf.float32, tf.float32),
+                                      ranks=(2, 1))
+    return tf.RaggedTensor.from_tensor(values, lengths=lengths), lengths, scores
+
+
+def next_logits(model, source_ids, prefix, lengths):
+    """The next-token logits (N, V) float32 after each row's prefix, by one teacher-forced
+    decode (the decoder reads BOS and the prefix at once): `source_ids` (N, S), `prefix`
+    (N, P) ids (PAD after each), `lengths` (N,) its tokens. An ensemble (a list of models)
+    gives its averaged log-probabilities, which play the logits' part (as its step)."""
+    models = members(model)
+    batch = tf.shape(prefix)[0]
+    inputs = tf.concat([tf.fill([batch, 1], BOS_ID), tf.cast(prefix, tf.int32)], axis=1)
+    logits = []
+    for member in models:
+        memory, source_mask = model_calls.encode(member, source_ids)
+        out = model_calls.decode(member, inputs, memory, source_mask)  # (N, P + 1, V)
+        logits.append(tf.cast(tf.gather(out, lengths, batch_dims=1), tf.float32))
+    return logits[0] if len(logits) == 1 else ensemble_log_probs(logits)

@@ -45,14 +45,12 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from tfxformer.decoding import shared
 from tfxformer.decoding.common import NEG_INF, followed_in_row
-from tfxformer.decoding.ensemble import ensemble_log_probs, members
 from tfxformer.decoding.phrases import completions, layout, scatter_tokens
-from tfxformer.ids import BOS_ID, PAD_ID
+from tfxformer.ids import PAD_ID
 
 __all__ = ["Steering", "flatten_constraints", "force_prefix", "has_constraints",
-           "make_steering", "next_logits", "steer_logits"]
+           "make_steering", "steer_logits"]
 
 
 class Steering(NamedTuple):
@@ -270,18 +268,3 @@ def _prefix_token(prefix, step):
     column = tf.minimum(step, tf.shape(padded)[1] - 1)
     return tf.gather(padded, column, axis=1)
 
-
-def next_logits(model, source_ids, prefix, lengths):
-    """The next-token logits (N, V) float32 after each row's prefix, by one teacher-forced
-    decode (the decoder reads BOS and the prefix at once): `source_ids` (N, S), `prefix`
-    (N, P) ids (PAD after each), `lengths` (N,) its tokens. An ensemble (a list of models)
-    gives its averaged log-probabilities, which play the logits' part (as its step)."""
-    models = members(model)
-    batch = tf.shape(prefix)[0]
-    inputs = tf.concat([tf.fill([batch, 1], BOS_ID), tf.cast(prefix, tf.int32)], axis=1)
-    logits = []
-    for member in models:
-        memory, source_mask = shared.encode(member, source_ids)
-        out = shared.decode(member, inputs, memory, source_mask)  # (N, P + 1, V)
-        logits.append(tf.cast(tf.gather(out, lengths, batch_dims=1), tf.float32))
-    return logits[0] if len(logits) == 1 else ensemble_log_probs(logits)

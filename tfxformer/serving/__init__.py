@@ -24,15 +24,12 @@ from tfxformer.serving.loading import (
     saved_model_versions,
     target_languages_of,
 )
+from tfxformer.serving.multilingual_translator import MultilingualTranslator, make_translator
 from tfxformer.serving.nbest import Hypothesis, NBestFn, load_nbest_fn
 from tfxformer.serving.sampling import SampleFn, load_sample_fn
 from tfxformer.serving.scoring import PairScore, ScoreFn, load_score_fn
-from tfxformer.serving.translator import (
-    MultilingualTranslator,
-    Translator,
-    make_translator,
-    sanitize_utf8,
-)
+from tfxformer.serving.text import sanitize_utf8
+from tfxformer.serving.translator import Translator
 
 __all__ = [
     "Hypothesis", "MultilingualTranslator", "NBestFn", "PairScore", "SampleFn", "ScoreFn",

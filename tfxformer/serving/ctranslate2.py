@@ -69,7 +69,7 @@ COMPUTE_TYPES = ("default", "auto") + QUANTIZATIONS
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
 EOS = SPECIAL_PIECES[3]
 # As the SavedModel's translator: raw input cut to this many characters per allowed
-# token before tokenizing (tfxformer/serving/translator.py, _CHARS_PER_TOKEN).
+# token before tokenizing (tfxformer.serving.text.CHARS_PER_TOKEN).
 CHARS_PER_TOKEN = 64
 # "gnmt" sources are batched by length class, lengths within a factor of this: the β of
 # each class (ct2_length_penalty at r^class) is within 3.2 % of each of its lengths' own.

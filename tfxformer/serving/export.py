@@ -64,8 +64,8 @@ from tfxformer.locate import saved_model_versions
 from tfxformer.models.transformer import Transformer
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 from tfxformer.serving.compiled import DEFAULT_MAX_BATCH
+from tfxformer.serving.multilingual_translator import make_translator
 from tfxformer.serving.signatures import check_signatures
-from tfxformer.serving.translator import make_translator
 from tfxformer.serving.warmup import (
     BATCHABLE_SIGNATURES,
     warmup_requests,

@@ -28,8 +28,8 @@ from tfxformer.models.transformer import Transformer
 from tfxformer.rundir import RunRecord
 from tfxformer.sentencepiece_ops import load_sentencepiece_ops
 from tfxformer.serving.batching import translate_in_length_order
+from tfxformer.serving.multilingual_translator import make_translator
 from tfxformer.serving.signatures import missing_signature
-from tfxformer.serving.translator import make_translator
 
 _DEFAULTS = DecodingOptions()
 # The forms load_translate_fn takes (tfxformer.locate.KINDS).

@@ -19,7 +19,7 @@ from tfxformer.locate import resolve
 from tfxformer.models.transformer import Transformer
 from tfxformer.rundir import RunRecord
 from tfxformer.sentencepiece_ops import load_sentencepiece_ops
-from tfxformer.serving.translator import make_translator
+from tfxformer.serving.multilingual_translator import make_translator
 
 __all__ = ["SIGNATURES", "OpenedSignature", "check_signatures", "language_inputs",
            "missing_signature", "open_signature"]

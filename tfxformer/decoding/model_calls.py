@@ -1,20 +1,25 @@
-"""One traced encoder (and teacher-forced decoder) per model for all the graphs of an export.
+"""How decoding calls a model's encoder and teacher-forced decoder: its own methods, or,
+while an export traces its graphs, one traced function per model that every graph calls.
 
-An export traces a graph per signature (translate, translate_with_options, translate_nbest,
-score, ...) and each of them encodes its source: without sharing, the encoder's ops are
-built, written and loaded once per place that calls it (six in an export), and the
-teacher-forced decoder once for `score` and once for `translate_nbest`'s alternatives.
-Inside :func:`traced_once`, the searches and scorers of :mod:`tfxformer.decoding` call
-:func:`encode` and :func:`decode`: one `tf.function` each per model, traced once for any
-batch and length, that every graph calls. Each is written once in the SavedModel: an
-export of a shipped model is a fifth smaller and faster to make, and loads in less
-memory (bench/README.md, "Serving memory"). The calls run once per batch, outside the
-search's loop: they add nothing per step.
+This module holds state, where :mod:`tfxformer.decoding.common` holds none: a context
+variable, set by :func:`traced_once`, that changes what :func:`encode` and :func:`decode`
+trace. The searches, scorers and model adapter of :mod:`tfxformer.decoding` call a model
+through these two functions; only the serving side (every signature of a
+:class:`tfxformer.serving.Translator`) enters :func:`traced_once`.
+
+Why: an export traces a graph per signature (translate, translate_with_options,
+translate_nbest, score, ...) and each of them encodes its source: without sharing, the
+encoder's ops are built, written and loaded once per place that calls it (six in an
+export), and the teacher-forced decoder once for `score` and once for `translate_nbest`'s
+alternatives. Inside :func:`traced_once`, :func:`encode` and :func:`decode` are one
+`tf.function` each per model, traced once for any batch and length, that every graph
+calls. Each is written once in the SavedModel: an export of a shipped model is a fifth
+smaller and faster to make, and loads in less memory (bench/README.md, "Serving memory").
+The calls run once per batch, outside the search's loop: they add nothing per step.
 
 Outside :func:`traced_once` (a search called on its own, eagerly or in a user's
 `tf.function`), :func:`encode` is `model.encode` and :func:`decode` `model.decode`.
 """
-
 from __future__ import annotations
 
 import contextlib

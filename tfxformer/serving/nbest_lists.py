@@ -1,0 +1,192 @@
+"""The n-best lists of a `translate_nbest` request (:mod:`tfxformer.serving.nbest_request`),
+decoded chunk by chunk.
+
+Texts with equal beam size, α and extra length are decoded together, `chunk_size` at a
+time in order of length (:func:`tfxformer.decoding.chunking.decode_in_chunks`), each chunk
+by one steered beam search (:meth:`tfxformer.serving.search.Search.steered`). A text
+without a prefix, or asking for one hypothesis, gets its beam's n-best list; with a
+prefix the list holds the alternatives at the first position after it, each continued by
+its own search (CTranslate2's `return_alternatives`).
+
+Shapes: N texts, A texts decoded (not blank), B texts of one chunk, K hypotheses per text
+(the batch's largest `num_hypotheses`), L output columns, T piece columns.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfxformer.decoding.chunking import decode_in_chunks
+from tfxformer.decoding.common import NEG_INF, rows_to_ragged
+from tfxformer.decoding.steering import Steering, flatten_constraints
+from tfxformer.ids import PAD_ID
+from tfxformer.serving.inputs import option_keys
+
+__all__ = ["chunk_steering", "nbest_lists", "nbest_outputs", "steered_lists"]
+
+
+def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, token_scores):
+    """The outputs of `translate_nbest` (:meth:`tfxformer.serving.Translator.nbest`) for
+    N texts: `source` (:class:`tfxformer.serving.text.Source`) and `request`
+    (:class:`tfxformer.serving.nbest_request.NBestRequest`) theirs, decoded by `search`
+    (:class:`tfxformer.serving.search.Search`) and written by `codec`
+    (:class:`tfxformer.serving.text.TextCodec`); `k` () int32 the list length."""
+    active = source.decoded_rows()
+    pieces, decoded = tf.gather(source.pieces, active), request.rows(active)
+    columns = search.options.max_output_tokens
+
+    def decode(rows, _):
+        source_ids = tf.gather(pieces, rows).to_tensor()  # (B, S)
+        first = {name: value[rows[0]] for name, value in decoded.options.items()}
+        prefix, phrases = tf.gather(decoded.prefix, rows), tf.gather(decoded.phrases, rows)
+        ngram, penalty = tf.gather(decoded.ngram, rows), tf.gather(decoded.penalty, rows)
+        steer = chunk_steering(ngram, penalty, prefix, phrases)
+        # the prefixes' and phrases' pieces are in the shortlist too
+        shortlist = search.shortlist(source_ids, tf.concat([prefix.flat_values,
+                                                            phrases.flat_values], axis=0))
+
+        def steered(source, steer):
+            return search.steered(source, first, steer, shortlist, token_scores)
+
+        def first_pieces(rows, k):
+            return search.first_pieces(tf.gather(source_ids, rows),
+                                       tf.gather(steer.prefix, rows),
+                                       tf.gather(steer.prefix_lengths, rows),
+                                       tf.gather(ngram, rows), tf.gather(penalty, rows), k,
+                                       shortlist)
+
+        def to_text(ids, lengths):
+            return codec.to_text(ids, lengths, tokenizer)
+
+        count = tf.gather(decoded.count, rows)
+        if not token_scores:
+            return steered_lists(steered, first_pieces, source_ids, steer, count, k, to_text)
+        *lists, words, values = steered_lists(steered, first_pieces, source_ids, steer, count,
+                                              k, to_text, codec.reading_order)
+        # every chunk's columns alike (decode_in_chunks concatenates them)
+        pad = [[0, 0], [0, 0], [0, columns - tf.shape(words)[2]]]
+        return (*lists, tf.pad(words, pad), tf.pad(values, pad))
+
+    dtypes, ranks = (tf.string, tf.float32), (2, 2)
+    if token_scores:
+        dtypes, ranks = dtypes + (tf.int32, tf.float32), ranks + (3, 3)
+    lists = decode_in_chunks(tf.cast(pieces.row_lengths(), tf.int32), chunk_size, decode,
+                             dtypes, ranks, keys=option_keys(decoded.options))
+    first = tf.range(k) == 0  # a blank text's list: the empty translation with score 0
+    outputs = {"translations": source.restore(lists[0], tf.fill([k], "")),
+               "scores": source.restore(lists[1], tf.where(first, 0.0, -float("inf"))),
+               "truncated": source.truncated, "warning": request.warning}
+    if not token_scores:
+        return outputs
+    ids, values = (source.restore(per_token, tf.zeros([k, columns], per_token.dtype))
+                   for per_token in lists[2:])
+    used = tf.reduce_max(tf.concat([tf.reshape(tf.reduce_sum(
+        tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=2), [-1]), [0]], axis=0))
+    ids = ids[:, :, :used]  # the pieces' strings only of the columns in use
+    return {**outputs, "tokens": codec.piece_strings(ids, tokenizer),
+            "token_log_probs": values[:, :, :used]}
+
+
+def nbest_lists(ids, lengths, scores, count, k, detokenize, token_log_probs=None,
+                pieces=None):
+    """A chunk's n-best lists from a beam search: ids (B, beam, L), lengths and scores
+    (B, beam), count (B,) the hypotheses each text asked for -> (translations (B, K)
+    strings, scores (B, K) float32), "" and -inf beyond a text's count or where the
+    search holds no hypothesis (K wider than the beam, or fewer hypotheses found).
+
+    With the search's `token_log_probs` (B, beam, L) and `pieces` (a function of them
+    and ids, lengths (R, L), (R, L), (R,) -> (pieces (R, L) (ids, or strings), 0 or ""
+    after the end, log-probabilities (R, L))) it also returns (B, K, L) pieces and
+    log-probabilities, 0 / "" and 0 where the list holds no hypothesis."""
+    batch, beam = tf.shape(ids)[0], tf.shape(ids)[1]
+    kept = tf.minimum(beam, k)
+    ids, lengths, scores = ids[:, :kept], lengths[:, :kept], scores[:, :kept]
+    columns = tf.shape(ids)[2]
+    flat_ids, flat_lengths = tf.reshape(ids, [-1, columns]), tf.reshape(lengths, [-1])
+    text = tf.reshape(detokenize(flat_ids, flat_lengths), [batch, kept])
+    pad = [[0, 0], [0, k - kept]]
+    text, scores = tf.pad(text, pad), tf.pad(scores, pad, constant_values=NEG_INF)
+    real = (tf.range(k)[None, :] < count[:, None]) & (scores > NEG_INF / 2)
+    lists = (tf.where(real, text, ""),
+             tf.where(real, scores, tf.constant(-float("inf"), tf.float32)))
+    if token_log_probs is None:
+        return lists
+    words, values = pieces(flat_ids, tf.reshape(token_log_probs[:, :kept], [-1, columns]),
+                           flat_lengths)
+    pad3 = [[0, 0], [0, k - kept], [0, 0]]
+    words = tf.pad(tf.reshape(words, [batch, kept, columns]), pad3)
+    values = tf.pad(tf.reshape(values, [batch, kept, columns]), pad3)
+    return (*lists, tf.where(real[..., None], words, tf.zeros_like(words)),
+            tf.where(real[..., None], values, 0.0))
+
+
+def chunk_steering(ngram, penalty, prefix, constraints=None):
+    """The :class:`Steering` of one chunk: (B,) controls, (B, None) ragged prefixes and
+    (B, None, None) ragged constraint phrases (None: none)."""
+    tokens, continues = ((), ()) if constraints is None else flatten_constraints(constraints)
+    return Steering(ngram, penalty, prefix.to_tensor(PAD_ID),
+                    tf.cast(prefix.row_lengths(), tf.int32), tokens, continues)
+
+
+def steered_lists(search, first_pieces, source, steering, count, k, detokenize,
+                  pieces=None):
+    """One chunk's n-best lists (translations (B, K), scores (B, K)) by one beam search;
+    with `pieces` (:func:`nbest_lists`) also each hypothesis' pieces and their
+    log-probabilities ((B, K, L), "" / 0 after its end and for empty cells).
+
+    A text without a prefix, or asking for one hypothesis, gets its beam's n-best list
+    (:func:`nbest_lists`). A text with a prefix and `count` > 1 gets the alternatives
+    (CTranslate2's `return_alternatives`): `first_pieces(rows, k)` gives the `k` most
+    probable pieces after the prefixes of those chunk rows ((rows, k) ids, most probable
+    first, and (rows, k) bool usable: not EOS, not impossible); each of the first `count`
+    becomes a row of its own whose prefix ends with it, decoded in the same search as the
+    other texts, and its best hypothesis is one entry of the list.
+
+    `search(source, steering)` runs the beam search of the chunk's options on rows of
+    `source` and returns (ids (R, beam, L) vocabulary ids, lengths, scores (R, beam)),
+    with `pieces` also token log-probabilities (R, beam, L).
+    """
+    batch = tf.shape(source)[0]
+    alternative = (steering.prefix_lengths > 0) & (count > 1)
+    plain = tf.cast(tf.where(~alternative)[:, 0], tf.int32)  # (Bn,)
+    steered = tf.cast(tf.where(alternative)[:, 0], tf.int32)  # (Ba,)
+    tokens, usable = first_pieces(steered, k)
+    taken = usable & (tf.range(k)[None, :] < tf.gather(count, steered)[:, None])
+    pairs = tf.cast(tf.where(taken), tf.int32)  # (A, 2): (steered text, alternative)
+    texts = tf.gather(steered, pairs[:, 0])  # (A,) chunk row of each alternative
+    prefix = rows_to_ragged(steering.prefix, steering.prefix_lengths)
+    extended = tf.concat([tf.gather(prefix, texts),
+                          tf.RaggedTensor.from_tensor(tf.gather_nd(tokens, pairs)[:, None])],
+                         axis=1)
+    rows = tf.concat([plain, texts], axis=0)
+    steer = chunk_steering(tf.gather(steering.no_repeat_ngram_size, rows),
+                           tf.gather(steering.repetition_penalty, rows),
+                           tf.concat([tf.gather(prefix, plain), extended], axis=0))
+    if isinstance(steering.constraints, tf.Tensor):  # each row's text's phrases
+        steer = steer._replace(
+            constraints=tf.gather(steering.constraints, rows),
+            constraint_continues=tf.gather(steering.constraint_continues, rows))
+    ids, lengths, scores, *token_lps = search(tf.gather(source, rows), steer)
+    n = tf.size(plain)
+    lists, list_scores, *per_token = nbest_lists(
+        ids[:n], lengths[:n], scores[:n], tf.gather(count, plain), k, detokenize,
+        *(token_lps[0][:n], pieces) if pieces else ())
+    best = detokenize(ids[n:, 0], lengths[n:, 0])
+    # (B, K) index into [the plain lists' cells, the alternatives' best, an empty cell]
+    cells = n * k + tf.size(texts)
+    index = tf.fill([batch, k], cells)
+    index = tf.tensor_scatter_nd_update(
+        index, tf.stack([tf.repeat(plain, k), tf.tile(tf.range(k), [n])], axis=1),
+        tf.range(n * k))
+    index = tf.tensor_scatter_nd_update(index, tf.stack([texts, pairs[:, 1]], axis=1),
+                                        n * k + tf.range(tf.size(texts)))
+    text = tf.concat([tf.reshape(lists, [-1]), best, [""]], axis=0)
+    score = tf.concat([tf.reshape(list_scores, [-1]), scores[n:, 0], [-float("inf")]], axis=0)
+    if not pieces:
+        return tf.gather(text, index), tf.gather(score, index)
+    columns = tf.shape(ids)[2]
+    best_pieces = pieces(ids[n:, 0], token_lps[0][n:, 0], lengths[n:, 0])
+    cells = [tf.gather(tf.concat([tf.reshape(listed, [-1, columns]), alternative,
+                                  tf.zeros_like(alternative[:1])], axis=0), index)
+             for listed, alternative in zip(per_token, best_pieces, strict=True)]
+    return (tf.gather(text, index), tf.gather(score, index), *cells)
