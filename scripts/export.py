@@ -42,15 +42,15 @@ import sys
 from tfxformer import cli
 from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES, DecodingOptions
 from tfxformer.locate import ONE_MODEL, resolve
+from tfxformer.rerank import GRAPH_WEIGHTS
 from tfxformer.serving.compiled import DEFAULT_MAX_BATCH
 from tfxformer.serving.ctranslate2 import QUANTIZATIONS
 from tfxformer.serving.export import export_ensemble, export_run_dir, export_saved_model
 from tfxformer.serving.signatures import SIGNATURES, check_signatures
 
 DEFAULTS = DecodingOptions()
-# --rerank-weight names (tfxformer.serving.reranking: the search's, then per rescoring role).
-RERANK_WEIGHTS = ("forward", "length", "channel", "channel_mean", "right_to_left",
-                  "right_to_left_mean", "forward_model", "forward_model_mean")
+# --rerank-weight names: the scores an export computes in its graph.
+RERANK_WEIGHTS = GRAPH_WEIGHTS
 FORMATS = ("saved_model", "ctranslate2")
 # What --format ctranslate2 does not take: flag -> its value when not given.
 SAVED_MODEL_ONLY = {"--ensemble": None, "--precision": "fp32", "--shortlist": None,

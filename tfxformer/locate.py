@@ -34,7 +34,7 @@ from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 
 __all__ = ["FORMS", "KINDS", "Source", "describe_forms", "is_ctranslate2_dir",
            "is_model_path", "read_ctranslate2_marker", "read_record", "resolve",
-           "resolve_model_dir", "saved_model_versions", "target_languages_of"]
+           "resolve_model_dir", "saved_model_versions", "source_name", "target_languages_of"]
 
 WEIGHTS_FILENAME = "model.weights.h5"
 METADATA_FILENAME = "metadata.json"
@@ -129,6 +129,13 @@ def resolve_model_dir(path):
     model (a SavedModel's version dir)."""
     source = resolve(path)
     return source.kind, source.path
+
+
+def source_name(path) -> str:
+    """A model's name for a record: its path's last component ("en_de/3" for a
+    SavedModel version dir), so that no machine path goes into the record."""
+    parts = os.path.normpath(os.path.abspath(os.fspath(path))).split(os.sep)
+    return "/".join(parts[-2:]) if parts[-1].isdigit() else parts[-1]
 
 
 def target_languages_of(path) -> tuple[str, ...]:

@@ -206,20 +206,13 @@ def _pieces(spm_bytes: bytes) -> list[str]:
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
-def _source_name(path: str) -> str:
-    """The source's last path component ("en_de/3" for a SavedModel version dir): no
-    machine path goes into the record."""
-    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
-    return "/".join(parts[-2:]) if parts[-1].isdigit() else parts[-1]
-
-
 def _marker(record, source, spm_bytes: bytes) -> dict:
     """The tfxformer.json entries that describe the source: format, languages, preset,
     vocabulary hash and where it came from (no machine path)."""
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "src": record.src,
             "tgt": record.tgt, "preset": record.preset,
             "vocabulary_sha256": hashlib.sha256(spm_bytes).hexdigest(),
-            "source": {"kind": source.kind, "name": _source_name(source.path)}}
+            "source": {"kind": source.kind, "name": locate.source_name(source.path)}}
 
 
 def _check_target(directory: str) -> None:
