@@ -82,8 +82,9 @@ def build_parser():
     return parser
 
 
-def _teacher_record(path, reverse):
-    """(kind, resolved path, RunRecord) of the model at `path`, reading its records only."""
+def _teacher(path, reverse):
+    """The loader of the model at `path` (:func:`tfxformer.locate.resolve`), reading its
+    records only; its direction must be known."""
     from tfxformer.locate import KINDS, resolve
 
     flag = "--reverse-teacher" if reverse else "--teacher"
@@ -93,29 +94,24 @@ def _teacher_record(path, reverse):
                          "no languages, so its direction cannot be checked; save it with "
                          "`model.save_to_preset(dir, src=..., tgt=...)` or export it from "
                          "its run dir.")
-    return source.kind, source.path, source.record()
+    return source
 
 
 def make_teacher(path, reverse, args):
     """A :class:`tfxformer.data.distill.Teacher` for `path`, its direction checked now and
     its model loaded only when a chunk is left to translate."""
     from tfxformer.data.distill import Teacher, check_direction
-    from tfxformer.rundir import find_checkpoint
-    from tfxformer.serving.ctranslate2 import load_translate_fn  # any form
+    from tfxformer.serving import load_translate_fn  # any form
 
-    kind, resolved, record = _teacher_record(path, reverse)
+    source = _teacher(path, reverse)
+    record = source.record()
     language = check_direction(path, record.src, record.tgt, record.target_languages,
                                args.src, args.tgt, reverse)
-    settings = dict(model=os.path.abspath(resolved), kind=kind, beam_size=args.beam_size,
-                    alpha=args.alpha, extra_length=args.extra_length,
-                    target_language=language)
-    if kind == "run_dir":
-        checkpoint = find_checkpoint(resolved)
-        settings.update(precision=args.precision, checkpoint=checkpoint and os.path.relpath(
-            checkpoint, resolved))
-    elif kind == "preset":
-        settings.update(precision=args.precision)
-    precision = dict(precision=args.precision) if kind in ("run_dir", "preset") else {}
+    settings = dict(model=os.path.abspath(source.path), kind=source.kind,
+                    beam_size=args.beam_size, alpha=args.alpha,
+                    extra_length=args.extra_length, target_language=language)
+    settings.update(source.load_settings(args.precision))
+    precision = {k: v for k, v in settings.items() if k == "precision"}
 
     def load():
         translate = load_translate_fn(path, beam_size=args.beam_size, alpha=args.alpha,

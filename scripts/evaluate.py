@@ -39,7 +39,7 @@ def load(model_path, checkpoint=None, precision="fp32", batch_size=None, greedy=
     = DecodingOptions'; `target_language`: a multilingual model's; `compute_type`: a
     CTranslate2 model's; `stopping`, `length_normalization`: the beam rows' rules (a run
     dir's; an export's are fixed when exported)."""
-    from tfxformer.serving.ctranslate2 import load_translate_fn  # any model dir
+    from tfxformer.serving import load_translate_fn  # any model dir
 
     defaults = DecodingOptions()
     batch_size = defaults.batch_size if batch_size is None else batch_size
@@ -185,7 +185,7 @@ def main(argv=None) -> int:
             row = dict(model=args.label or path, set=name, decoding=mode,
                        beam_size=options["beam_size"], alpha=options["alpha"],
                        precision=(f"ctranslate2 {translate.compute_type}"
-                                  if translate.kind == "ctranslate2" else args.precision),
+                                  if hasattr(translate, "compute_type") else args.precision),
                        sentences=len(hyps),
                        seconds=round(seconds, 1),
                        **_score(hyps, references, args.tgt, multi30k_refs, tokenized))

@@ -42,15 +42,15 @@ import sys
 from tfxformer import cli
 from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES, DecodingOptions
 from tfxformer.locate import ONE_MODEL, resolve
+from tfxformer.rerank import GRAPH_WEIGHTS
 from tfxformer.serving.compiled import DEFAULT_MAX_BATCH
 from tfxformer.serving.ctranslate2 import QUANTIZATIONS
-from tfxformer.serving.export import export_ensemble, export_run_dir, export_saved_model
+from tfxformer.serving.export import export_ensemble, export_run_dir
 from tfxformer.serving.signatures import SIGNATURES, check_signatures
 
 DEFAULTS = DecodingOptions()
-# --rerank-weight names (tfxformer.serving.reranking: the search's, then per rescoring role).
-RERANK_WEIGHTS = ("forward", "length", "channel", "channel_mean", "right_to_left",
-                  "right_to_left_mean", "forward_model", "forward_model_mean")
+# --rerank-weight names: the scores an export computes in its graph.
+RERANK_WEIGHTS = GRAPH_WEIGHTS
 FORMATS = ("saved_model", "ctranslate2")
 # What --format ctranslate2 does not take: flag -> its value when not given.
 SAVED_MODEL_ONLY = {"--ensemble": None, "--precision": "fp32", "--shortlist": None,
@@ -276,14 +276,8 @@ def export(args):
         raise ValueError("--rerank-weight and --rerank-hypotheses need --rerank-with PATH.")
     if args.ensemble is not None:
         return export_ensemble(args.ensemble, args.export_dir, **options)
-    source = resolve(args.model, ONE_MODEL, "scripts/export.py --model")
-    if source.kind != "saved_model":
-        return export_run_dir(source.path, args.export_dir, checkpoint=args.checkpoint,
-                              **options)
-    if args.checkpoint:
-        raise ValueError(f"--checkpoint applies to a run dir; {args.model!r} is "
-                         f"{source.what}.")
-    return export_saved_model(source.path, args.export_dir, **options)
+    resolve(args.model, ONE_MODEL, "scripts/export.py --model")
+    return export_run_dir(args.model, args.export_dir, checkpoint=args.checkpoint, **options)
 
 
 def main(argv=None):

@@ -37,17 +37,13 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from tfxformer import cli  # noqa: E402
+from tfxformer import cli, rerank  # noqa: E402
 
-# Score name -> (model flag it needs or None, direction, per token).
-FEATURES = {
-    "forward": (None, None, False), "length": (None, None, False),
-    "channel": ("channel_model", "channel", False),
-    "channel_mean": ("channel_model", "channel", True),
-    "right_to_left": ("r2l_model", "forward", False),
-    "right_to_left_mean": ("r2l_model", "forward", True),
-    "mbr_bleu": (None, None, False), "mbr_chrf": (None, None, False),
-}
+# The model flag of each rescoring role this script takes.
+ROLE_FLAGS = {"channel": "channel_model", "right_to_left": "r2l_model"}
+# Score name -> the model flag it needs, or None (tfxformer.rerank.WEIGHTS).
+FEATURES = {name: ROLE_FLAGS.get(weight.role) for name, weight in rerank.WEIGHTS.items()
+            if weight.role is None or weight.role in ROLE_FLAGS}
 
 
 def build_parser():
@@ -93,17 +89,11 @@ def _read_lines(path):
 
 def _scorers(names, args, parser):
     """{name: scorer} of the weighted names; the models are loaded once each."""
-    from tfxformer import rerank
-
     loaded, scorers = {}, {}
     for name in names:
-        flag, direction, mean = FEATURES[name]
-        if name == "forward":
-            scorers[name] = rerank.forward_score()
-        elif name == "length":
-            scorers[name] = rerank.length_score()
-        elif name.startswith("mbr_"):
-            scorers[name] = rerank.mbr_score(name[len("mbr_"):])
+        flag = FEATURES[name]
+        if flag is None:
+            scorers[name] = rerank.scorer(name)
         else:
             path = getattr(args, flag)
             if path is None:
@@ -115,7 +105,7 @@ def _scorers(names, args, parser):
                     loaded[path] = load_score_fn(path, batch_size=args.batch_size)
                 except (FileNotFoundError, ValueError) as err:
                     parser.exit(2, f"{parser.prog}: error: {err}\n")
-            scorers[name] = rerank.model_score(loaded[path], direction, mean)
+            scorers[name] = rerank.scorer(name, loaded[path])
     return scorers
 
 
@@ -123,14 +113,12 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     weights = dict(args.weight) or {"forward": 1.0}
-    needs_source = any(FEATURES[name][0] for name in weights)
+    needs_source = any(FEATURES[name] for name in weights)
     if needs_source and args.source is None:
         parser.error("channel and right_to_left scores need --source")
     for flag, path in (("--nbest", args.nbest), ("--source", args.source)):
         if path not in (None, "-") and not os.path.isfile(path):
             parser.error(f"{flag} {path!r} is not a file")
-    from tfxformer import rerank
-
     sources = None if args.source is None else \
         [s.decode("utf-8", errors="replace") for s in _read_lines(args.source)]
     try:

@@ -265,27 +265,24 @@ def with_constraints(lines, path):
 def load(args):
     """The translate function the flags ask for: beam search, or sampling."""
     from tfxformer.locate import KINDS, resolve
-    from tfxformer.serving.ctranslate2 import load_translate_fn
+    from tfxformer.serving import load_translate_fn
+    from tfxformer.serving.signatures import KINDS as GRAPHS  # CTranslate2: beam search only
 
-    sampled = tuple(k for k in KINDS if k != "ctranslate2")  # CTranslate2: beam search only
-    source = resolve(args.model, KINDS if args.sampling_topk is None else sampled,
+    source = resolve(args.model, KINDS if args.sampling_topk is None else GRAPHS,
                      "scripts/translate.py --model" + (" with --sampling-topk"
                                                        if args.sampling_topk is not None
                                                        else ""))
-    if args.constraints_file and source.kind == "ctranslate2":
-        raise ValueError(f"--constraints-file: {source.path!r} is a CTranslate2 model "
-                         "directory, and CTranslate2 has no terminology constraints: give "
-                         "the SavedModel or run dir of the model instead.")
-    if args.token_scores and source.kind == "ctranslate2":
-        raise ValueError(f"--token-scores: {source.path!r} is a CTranslate2 model directory, "
-                         "whose translate_batch gives each hypothesis' score but not each "
-                         "token's log-probability (only the whole vocabulary's logits): "
-                         "give the SavedModel or run dir of the model instead.")
+    for flag, feature in (("--constraints-file", "constraints"),
+                          ("--token-scores", "token_scores")):
+        if getattr(args, flag[2:].replace("-", "_")) and feature in source.lacks:
+            raise ValueError(f"{flag}: {source.path!r} is {source.what}, "
+                             f"{source.lacks[feature]}: give the SavedModel or run dir of "
+                             "the model instead.")
     if args.sampling_topk is None:  # any model dir, CTranslate2's too
         rules = {k: v for k, v in (("stopping", args.stopping),
                                    ("length_normalization", args.length_normalization)) if v}
         if steered(args):
-            from tfxformer.serving.ctranslate2 import load_nbest_fn
+            from tfxformer.serving import load_nbest_fn
 
             nbest = load_nbest_fn(args.model, args.n_best or 1, beam_size=args.beam_size,
                                   alpha=args.alpha, extra_length=args.extra_length,

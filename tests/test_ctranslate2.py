@@ -117,10 +117,16 @@ def test_directories_are_told_apart(tmp_path):
 
 def test_options_of_the_other_runtime_are_errors(tmp_path):
     ours = _fake_ct2_dir(tmp_path / "ours")
+    from tfxformer.serving import load_nbest_fn, load_translate_fn
+
     with pytest.raises(ValueError, match=r"\['precision'\] apply to SavedModels"):
-        ct2.load_translate_fn(ours, precision="bf16")
+        load_translate_fn(ours, precision="bf16")
+    with pytest.raises(ValueError, match=r"\['target_language'\] apply to SavedModels"):
+        load_nbest_fn(ours, target_language="de")
     with pytest.raises(ValueError, match="`compute_type` 'int8' applies to CTranslate2"):
-        ct2.load_translate_fn(SHIPPED, compute_type="int8")
+        load_translate_fn(SHIPPED, compute_type="int8")
+    with pytest.raises(ValueError, match="`threads` 2 applies to CTranslate2"):
+        load_nbest_fn(SHIPPED, threads=2)
 
 
 def test_a_missing_ctranslate2_is_an_error_naming_the_extra(monkeypatch, tmp_path, capsys):
@@ -240,7 +246,7 @@ def test_shipped_model_translates_as_its_saved_model(tmp_path, monkeypatch, caps
     with open(shared_data("multi30k", "val.en"), encoding="utf-8") as f:
         sources = [line.rstrip("\n") for line in f][:200]
     expected = load_translate_fn(SHIPPED)(sources)
-    got = ct2.load_translate_fn(directory, threads=1)(sources)
+    got = load_translate_fn(directory, threads=1)(sources)
     same = sum(a == b for a, b in zip(got, expected, strict=True))
     assert same >= 190, f"{same} of 200 translations identical"
     capsys.readouterr()  # export.py's line

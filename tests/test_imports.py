@@ -89,7 +89,8 @@ def test_decoding_imports_no_model(graph):
 
 
 def test_finding_a_model_on_disk_is_below_what_builds(graph):
-    """tfxformer.locate reads files only: it reaches no model, tokenizer or loader."""
+    """tfxformer.locate (the loaders of every form) is handed the classes and runtimes
+    it loads into: it reaches no model class, tokenizer, pretrained or serving module."""
     seen, todo = set(), ["tfxformer.locate"]
     while todo:
         module = todo.pop()
@@ -97,5 +98,17 @@ def test_finding_a_model_on_disk_is_below_what_builds(graph):
             seen.add(module)
             todo.extend(graph[module][0] | graph[module][1])
     builders = {"tfxformer.models.transformer", "tfxformer.data.tokenizer",
-                "tfxformer.pretrained", "tfxformer.serving.loading"}
+                "tfxformer.pretrained"} | {m for m in graph if m.startswith("tfxformer.serving.")}
     assert not seen & builders, sorted(seen & builders)
+
+
+def test_no_module_imports_private_names():
+    """A module imports another's public names only (`_name` is free to change)."""
+    found = []
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.ImportFrom) and node.module and \
+                    node.module.startswith("tfxformer"):
+                found += [f"{module}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_")]
+    assert not found, found

@@ -107,7 +107,7 @@ EXPECTED = {
                      "plot_attention": AS_VERSION},
     "ctranslate2": {**ALL_OK, "export": CT2, "export_shortlist": CT2, "export_ct2": CT2,
                     "score": CT2, "init_from": CT2, "plot_attention": CT2,
-                    "Transformer.from_preset": CT2, "load_translate_fn": CT2},
+                    "Transformer.from_preset": CT2},
 }
 
 
@@ -192,7 +192,8 @@ def _shared_work(forms):
     SavedModel loaded once (`tf.saved_model.load` remembers it by path), one translate
     function per form and options for the scripts, and exports that record what they
     would write."""
-    from tfxformer.serving import ctranslate2, export
+    from tfxformer import serving
+    from tfxformer.serving import export
 
     def recorded(translator, export_dir, config=None, version=None, **_):
         """The version dir an export would write, with its config.json asset only."""
@@ -205,8 +206,9 @@ def _shared_work(forms):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tf.saved_model, "load", _remembered(
             tf.saved_model.load, lambda path, *a, **k: (os.path.realpath(path), a, str(k))))
-        patch.setattr(ctranslate2, "load_saved_model_translate_fn", _remembered(
-            ctranslate2.load_saved_model_translate_fn, _translate_fn_key))
+        # the scripts import it from tfxformer.serving; its own cell from serving.loading
+        patch.setattr(serving, "load_translate_fn", _remembered(
+            serving.load_translate_fn, _translate_fn_key))
         _REAL["export_translator"] = export.export_translator
         patch.setattr(export, "export_translator", recorded)
         yield
@@ -428,7 +430,7 @@ def _tokenizer(path, form, forms, tmp):
 
 
 def _load_translate_fn(path, form, forms, tmp):
-    from tfxformer.serving import load_translate_fn
+    from tfxformer.serving.loading import load_translate_fn  # not _shared_work's
 
     def load():
         language = {"target_language": "de"} if form == "multilingual" else {}

@@ -8,9 +8,11 @@ from tfxformer import Transformer, rerank
 from tfxformer.rundir import RunRecord
 from tfxformer.serving import Translator
 from tfxformer.serving.reranking import (
+    OWN_WEIGHTS,
     RerankingTranslator,
     Rescorer,
     check_weights,
+    choose,
     role_of,
 )
 from tfxformer.serving.scoring import PairScore
@@ -76,3 +78,42 @@ def test_roles_and_weights_are_checked(models):
         check_weights({"right_to_left": 1}, ["channel"])
     with pytest.raises(ValueError, match="channel model has no weight"):
         check_weights({"forward": 1}, ["channel"])
+
+
+def test_the_graph_and_python_rerankers_share_one_formula():
+    """The same features and weights give the same combined scores and the same choice
+    in the graph (choose, on tensors) and in Python (rerank.combine), non-finite scores
+    included: NaN, +inf and -inf never win; a list with none finite gives its first."""
+    inf, nan = float("inf"), float("nan")
+    forward = [[-0.5, -0.2, -0.9], [nan, -1.0, -2.0], [-inf, -0.1, -0.3],
+               [-1.0, -1.0, -3.0], [nan, -inf, inf], [-0.4, -0.4, -0.4]]
+    channel = [[-3.0, -9.0, -1.0], [-1.0, -inf, -2.0], [-1.0, -2.0, -3.0],
+               [-2.0, -2.0, -2.0], [-1.0, -1.0, -1.0], [-inf, inf, -2.0]]
+    length = [[3.0, 4.0, 2.0], [2.0, 2.0, 5.0], [1.0, 1.0, 1.0], [4.0, 4.0, 4.0],
+              [2.0, 2.0, 2.0], [1.0, 2.0, 3.0]]
+    features = {"forward": forward, "channel": channel, "length": length}
+    for weights in ({"forward": 1.0}, {"forward": 1.0, "channel": 0.5, "length": -0.1},
+                    {"forward": 0.0, "channel": 1.0}, {"channel": -1.0, "length": 0.2}):
+        index, scores = rerank.combine(features, weights)
+        combined, best = tf.function(lambda f, w=weights: choose(f, w), autograph=False)(
+            {name: tf.constant(values, tf.float32) for name, values in features.items()})
+        assert best.numpy().tolist() == index, weights
+        np.testing.assert_allclose(combined.numpy(), np.array(scores, np.float32),
+                                   rtol=1e-6)
+    # The rule, spelled out for one weighting.
+    assert rerank.combine(features, {"forward": 1.0})[0] == [1, 1, 1, 0, 0, 0]
+    # A slot with no candidate never wins over one that is there, even a NaN one.
+    exists = tf.constant([[True, True, False]])
+    _, best = choose({"forward": tf.constant([[nan, -5.0, 0.0]])}, {"forward": 1.0},
+                     exists)
+    assert best.numpy().tolist() == [1]
+    _, best = choose({"forward": tf.constant([[nan, nan, 0.0]])}, {"forward": 1.0}, exists)
+    assert best.numpy().tolist() == [0]
+
+
+def test_the_weight_names_are_one_table():
+    assert OWN_WEIGHTS == ("forward", "length")
+    assert set(rerank.GRAPH_WEIGHTS) == set(OWN_WEIGHTS) | {
+        name for role in ("channel", "right_to_left", "forward_model")
+        for name in rerank.role_weights(role)}
+    assert rerank.role_weights("channel") == ("channel", "channel_mean")

@@ -16,7 +16,7 @@ import tensorflow as tf
 from conftest import tiny_export_translator
 from test_serving import ROBUST_INPUTS, load_script
 
-from tfxformer import Transformer
+from tfxformer import Transformer, locate
 from tfxformer.analysis import plot_attention, sentence_attention
 from tfxformer.pretrained import load_run_dir
 from tfxformer.rundir import find_checkpoint, read_config, untracked_weights
@@ -222,6 +222,61 @@ def test_resolve_model_dir(tmp_path, tiny_config):
     with pytest.raises(ValueError, match="not a model of this package: it holds nothing.*"
                                          "; expected a SavedModel"):
         resolve_model_dir(str(export / "12"))
+
+
+def _write(path, text=""):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_each_form_resolves_to_its_loader(tmp_path, tiny_config):
+    """locate.resolve gives one loader class per form, read from file names and JSON
+    alone; each loads what its form holds and refuses the rest, naming the forms."""
+    model = tiny_config.to_dict()
+    record = json.dumps({"model": model, "src": "en", "tgt": "de"})
+    _write(tmp_path / "run" / "config.json", record)
+    for name, config in (("export", record), ("ensemble", json.dumps(
+            {"model": model, "src": "en", "tgt": "de",
+             "ensemble": [{"source": "a"}, {"source": "b"}]}))):
+        for file, text in (("saved_model.pb", ""), ("assets/config.json", config),
+                           ("assets/spm.model", "")):
+            _write(tmp_path / name / "2" / file, text)
+    _write(tmp_path / "preset" / "config.json", json.dumps(
+        {"registered_name": locate.REGISTERED_NAME, "config": model}))
+    _write(tmp_path / "preset" / locate.WEIGHTS_FILENAME)
+    _write(tmp_path / "ct2" / "model.bin")
+    _write(tmp_path / "ct2" / "config.json", "{}")
+    _write(tmp_path / "ct2" / locate.CT2_MARKER_FILENAME, json.dumps(
+        {"format": locate.CT2_FORMAT, "format_version": 1, "model": model}))
+    loaders = {"run": locate.RunDirLoader, "export": locate.SavedModelLoader,
+               "ensemble": locate.EnsembleLoader, "preset": locate.PresetLoader,
+               "ct2": locate.CTranslate2Loader}
+    for name, cls in loaders.items():
+        loader = locate.resolve(tmp_path / name)
+        assert type(loader) is cls and loader.model == tiny_config, name
+    assert locate.resolve(tmp_path / "export").path == str(tmp_path / "export" / "2")
+    assert locate.resolve(tmp_path / "run").load_settings("bf16") == {
+        "precision": "bf16", "checkpoint": None}
+    assert locate.resolve(tmp_path / "export").load_settings("bf16") == {}
+    assert "constraints" in locate.resolve(tmp_path / "ct2").lacks
+    for name in ("ensemble", "ct2"):
+        with pytest.raises(ValueError, match="not the weights of one model; expected a "
+                                             "SavedModel .*, a run dir .*, or a preset dir"):
+            locate.resolve(tmp_path / name).load_model(Transformer)
+    with pytest.raises(ValueError, match="`checkpoint` applies to a run dir; .* is a preset"):
+        locate.resolve(tmp_path / "preset").load_model(Transformer, checkpoint="ckpt-1")
+    with pytest.raises(ValueError, match=r"\['precision'\] apply to SavedModels"):
+        locate.resolve(tmp_path / "ct2").open(None, precision="bf16")
+    with pytest.raises(ValueError, match="`threads` 2 applies to CTranslate2"):
+        locate.resolve(tmp_path / "export").open(None, threads=2)
+    _write(tmp_path / "other" / "notes.txt")
+    accepted = ("a SavedModel export dir .*, a run dir .*, a preset dir .*, an ensemble "
+                "export .*, or a CTranslate2 dir")
+    with pytest.raises(ValueError, match="it holds notes.txt; expected " + accepted):
+        locate.resolve(tmp_path / "other")
+    with pytest.raises(ValueError, match="'.*ct2' is a CTranslate2 dir; expected a "
+                                         "SavedModel .*, or a run dir"):
+        locate.resolve(tmp_path / "ct2", locate.ONE_MODEL[:2], "a tool")
 
 
 def test_run_config_errors_name_the_problem(tmp_path):

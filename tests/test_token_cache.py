@@ -60,6 +60,11 @@ def _open(corpus, tokenizer, run_dir, **overrides):
     return token_cache.open_cache(corpus.train, tokenizer, str(run_dir), **options)
 
 
+def _cached(cache, **options):
+    """The training batches from `cache`'s ids (`pipeline.train_dataset`'s token cache)."""
+    return pipeline.train_dataset(None, None, token_cache=cache, **options)
+
+
 def _batches(dataset, count):
     iterator = iter(dataset)
     return [tf.nest.map_structure(lambda t: t.numpy(), next(iterator)) for _ in range(count)]
@@ -84,18 +89,18 @@ def test_the_cache_gives_the_batches_of_tokenizing_on_the_fly(corpus, tokenizer,
     # ~3 epochs: the reshuffle of every epoch and the batches across its end are compared.
     count = 3 * cache.stats.kept * 12 // options["batch_tokens"]
     want = _batches(pipeline.train_dataset(corpus.train.dataset(), tokenizer, **options), count)
-    got = _batches(token_cache.train_dataset(cache, **options), count)
+    got = _batches(_cached(cache, **options), count)
     _assert_same(got, want)
     assert len({b[1].shape for b in got}) > 1  # several buckets
     one_epoch = dict(options, repeat=False)
-    _assert_same(list(token_cache.train_dataset(cache, **one_epoch).as_numpy_iterator()),
+    _assert_same(list(_cached(cache, **one_epoch).as_numpy_iterator()),
                  list(pipeline.train_dataset(corpus.train.dataset(), tokenizer,
                                              **one_epoch).as_numpy_iterator()))
 
 
 def test_right_to_left_batches_are_the_batches_with_each_target_reversed(built):
-    forward = _batches(token_cache.train_dataset(built[1], **OPTIONS), 2)
-    reverse = _batches(token_cache.train_dataset(built[1], reverse_target=True, **OPTIONS), 2)
+    forward = _batches(_cached(built[1], **OPTIONS), 2)
+    reverse = _batches(_cached(built[1], reverse_target=True, **OPTIONS), 2)
     for ((source, _), labels), ((r_source, r_input), r_labels) in zip(forward, reverse,
                                                                        strict=True):
         np.testing.assert_array_equal(r_source, source)
@@ -109,12 +114,12 @@ def test_right_to_left_batches_are_the_batches_with_each_target_reversed(built):
 def test_resume_mid_epoch_gives_the_next_batches_of_an_unbroken_run(corpus, tokenizer,
                                                                     built, tmp_path):
     run = built[0]
-    straight = iter(token_cache.train_dataset(_open(corpus, tokenizer, run), **OPTIONS))
+    straight = iter(_cached(_open(corpus, tokenizer, run), **OPTIONS))
     for _ in range(5):
         next(straight)
     saved = tf.train.Checkpoint(data=straight).write(str(tmp_path / "ckpt" / "data"))
     want = [next(straight) for _ in range(12)]  # into the next epoch
-    resumed = iter(token_cache.train_dataset(_open(corpus, tokenizer, run), **OPTIONS))
+    resumed = iter(_cached(_open(corpus, tokenizer, run), **OPTIONS))
     tf.train.Checkpoint(data=resumed).read(saved).assert_consumed()
     _assert_same([next(resumed) for _ in range(12)], want)
 
@@ -150,7 +155,9 @@ def test_a_change_of_vocabulary_corpus_or_max_length_rebuilds_the_cache(corpus, 
     assert _build(corpus, tokenizer, tmp_path / "short", max_length=20).content_key \
         != first.content_key
     with pytest.raises(ValueError, match="max_length=32, but the token cache"):
-        token_cache.train_dataset(first, **dict(OPTIONS, max_length=32))
+        _cached(first, **dict(OPTIONS, max_length=32))
+    with pytest.raises(ValueError, match="without a token cache"):
+        _cached(first, sampler=object(), **OPTIONS)
 
 
 class _Killed(Exception):

@@ -15,113 +15,57 @@ A trained model of this package is on disk in one of these forms (:data:`KINDS`)
   ``model.bin``, ``config.json``, ``spm.model``, ``tfxformer.json``).
 
 A run dir, SavedModel or preset dir of a multilingual model (several target languages) is
-that kind, with :attr:`Source.target_languages`. :func:`resolve` says which form a path
-holds (a :class:`Source`); given the forms a tool takes, it raises a one-line error
-naming the path, what is there and those forms. This module only reads file names and
-JSON: it builds nothing, so that everything that builds (:mod:`tfxformer.pretrained`,
-the model and tokenizer classes, serving) sits above it.
+that kind, with :attr:`Loader.target_languages`. :func:`resolve` gives the loader of the
+form a path holds (one :class:`tfxformer.loaders.Loader` subclass per form, as
+keras-hub's `get_preset_loader`); given the forms a tool takes, it raises a one-line
+error naming the path, what is there and those forms. A loader reads its records, loads
+its weights into a class it is handed (:meth:`Loader.load_model`) and hands what it holds
+to the caller's runtime (:meth:`Loader.open`): the model and tokenizer classes, the
+translators and everything that builds them (:mod:`tfxformer.pretrained`, serving) sit
+above this module and :mod:`tfxformer.loaders`, which import none of them. The forms'
+files and names are :mod:`tfxformer.forms`'.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 from tfxformer import rundir
-from tfxformer.config import PRESETS, ModelConfig
+from tfxformer.config import ModelConfig
+from tfxformer.forms import (  # noqa: F401 (the forms' names, public here too)
+    CT2_FILES,
+    CT2_FORMAT,
+    CT2_FORMAT_VERSION,
+    CT2_MARKER_FILENAME,
+    FORMS,
+    KINDS,
+    METADATA_FILENAME,
+    ONE_MODEL,
+    REGISTERED_NAME,
+    WEIGHTS_FILENAME,
+    describe_forms,
+    is_ctranslate2_dir,
+    is_model_path,
+    read_ctranslate2_marker,
+    read_json,
+    saved_model_versions,
+    source_name,
+)
+from tfxformer.loaders import (
+    CTranslate2Loader,
+    EnsembleLoader,
+    Loader,
+    PresetLoader,
+    RunDirLoader,
+    SavedModelLoader,
+)
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 
-__all__ = ["FORMS", "KINDS", "Source", "describe_forms", "is_ctranslate2_dir",
-           "is_model_path", "read_ctranslate2_marker", "read_record", "resolve",
-           "resolve_model_dir", "saved_model_versions", "target_languages_of"]
-
-WEIGHTS_FILENAME = "model.weights.h5"
-METADATA_FILENAME = "metadata.json"
-REGISTERED_NAME = "tfxformer>Transformer"
-# A CTranslate2 directory of this package (tfxformer.serving.ctranslate2): CTranslate2's
-# own two files and our record.
-CT2_FILES = ("model.bin", "config.json")
-CT2_MARKER_FILENAME = "tfxformer.json"
-CT2_FORMAT = "tfxformer-ctranslate2"
-CT2_FORMAT_VERSION = 1
-
-# The forms, in the order messages list them.
-FORMS = {
-    "saved_model": "a SavedModel export dir of one model (integer version subdirs, the "
-                   "highest taken) or one of its version dirs (saved_model.pb, "
-                   "assets/config.json, assets/spm.model)",
-    "run_dir": f"a run dir of scripts/train_wmt.py ({CONFIG_FILENAME}, {SPM_FILENAME}, "
-               "checkpoints/; averaged/ first)",
-    "preset": f"a preset dir of Transformer.save_to_preset ({CONFIG_FILENAME}, "
-              f"{WEIGHTS_FILENAME}, {SPM_FILENAME})",
-    "ensemble": "an ensemble export (scripts/export.py --ensemble)",
-    "ctranslate2": "a CTranslate2 dir (scripts/export.py --format ctranslate2)",
-}
-KINDS = tuple(FORMS)
-# The forms that hold the weights of one Keras model (what builds a Transformer).
-ONE_MODEL = ("saved_model", "run_dir", "preset")
-
-
-def describe_forms(kinds=KINDS, multilingual=True) -> str:
-    """The forms `kinds` as one phrase for a message ("a SavedModel ..., or a run dir ...")."""
-    names = [FORMS[kind] for kind in KINDS if kind in kinds]
-    phrase = names[0] if len(names) == 1 else ", ".join(names[:-1]) + ", or " + names[-1]
-    return phrase + ("" if multilingual else ", of one target language (not multilingual)")
-
-
-def saved_model_versions(export_dir):
-    """Sorted integer versions `v` with `<export_dir>/<v>/saved_model.pb`."""
-    if not os.path.isdir(export_dir):
-        return []
-    return sorted(int(name) for name in os.listdir(export_dir) if name.isdigit()
-                  and os.path.isfile(os.path.join(export_dir, name, "saved_model.pb")))
-
-
-def is_ctranslate2_dir(path) -> bool:
-    """Whether `path` is a CTranslate2 model directory written by this package
-    (:func:`tfxformer.serving.ctranslate2_export.export_ctranslate2`: model.bin,
-    config.json and tfxformer.json)."""
-    path = os.fspath(path)
-    return all(os.path.isfile(os.path.join(path, name))
-               for name in (*CT2_FILES, CT2_MARKER_FILENAME))
-
-
-def read_ctranslate2_marker(path) -> dict:
-    """The tfxformer.json record of the CTranslate2 directory `path`.
-
-    Raises:
-        FileNotFoundError: `path` is no CTranslate2 directory.
-        ValueError: a CTranslate2 model not exported by this package, or an unreadable
-            or unknown record.
-    """
-    path = os.fspath(path)
-    if not all(os.path.isfile(os.path.join(path, name)) for name in CT2_FILES):
-        raise FileNotFoundError(f"{path!r} is not a CTranslate2 model directory (no "
-                                f"{' and '.join(CT2_FILES)}).")
-    marker = os.path.join(path, CT2_MARKER_FILENAME)
-    if not os.path.isfile(marker):
-        raise ValueError(f"{path!r} is a CTranslate2 model, but not one exported by tfxformer "
-                         f"(no {CT2_MARKER_FILENAME}: its vocabulary and decoding limits are "
-                         "unknown); export it with `scripts/export.py --format ctranslate2`.")
-    record = read_json(marker, f"a record of {CT2_FORMAT!r}")
-    if record.get("format") != CT2_FORMAT:
-        raise ValueError(f"{marker} is not a record of {CT2_FORMAT!r}.")
-    if record.get("format_version", 0) > CT2_FORMAT_VERSION:
-        raise ValueError(f"{marker} is format version {record['format_version']}; this "
-                         f"tfxformer reads up to {CT2_FORMAT_VERSION}: upgrade tfxformer.")
-    return record
-
-
-def read_record(kind: str, path: str) -> RunRecord | None:
-    """The :class:`RunRecord` of a run dir's config.json (`kind` "run_dir") or of a
-    SavedModel version dir's config.json asset (an ensemble export's included), or None
-    where there is none."""
-    config = os.path.join(path, *(() if kind == "run_dir" else ("assets",)), CONFIG_FILENAME)
-    if not os.path.isfile(config):
-        return None
-    with open(config, encoding="utf-8") as f:
-        return RunRecord.from_dict(json.load(f))
+__all__ = ["FORMS", "KINDS", "ONE_MODEL", "CTranslate2Loader", "EnsembleLoader", "Loader",
+           "PresetLoader", "RunDirLoader", "SavedModelLoader", "describe_forms",
+           "is_ctranslate2_dir", "is_model_path", "read_ctranslate2_marker", "resolve",
+           "resolve_model_dir", "saved_model_versions", "source_name", "target_languages_of"]
 
 
 def resolve_model_dir(path):
@@ -137,110 +81,11 @@ def target_languages_of(path) -> tuple[str, ...]:
     return resolve(path).target_languages
 
 
-@dataclasses.dataclass(frozen=True)
-class Source:
-    """A trained model on disk, read as far as its records.
-
-    Attributes:
-        kind: one of :data:`KINDS`.
-        path: the directory holding it (a SavedModel's version dir).
-        model: its :class:`tfxformer.config.ModelConfig` (an ensemble's: its first
-            member's; None for a CTranslate2 dir that records none).
-        preset: the preset its run started from, or None.
-        spm_path: its vocabulary's file (`spm.model`), or None.
-        run_record: its :class:`RunRecord` (a preset dir's: the model and what it
-            records of its run; a CTranslate2 dir's: from tfxformer.json).
-        direction_known: whether the record names the languages (src and tgt): a preset
-            saved from a model built in Keras does not.
-    """
-
-    kind: str
-    path: str
-    model: ModelConfig | None
-    preset: str | None
-    spm_path: str | None
-    run_record: RunRecord | None = None
-    direction_known: bool = True
-
-    @property
-    def spm_bytes(self) -> bytes:
-        if self.spm_path is None or not os.path.isfile(self.spm_path):
-            raise FileNotFoundError(
-                f"{self.path!r} has no vocabulary ({SPM_FILENAME}); save the preset with "
-                "`model.save_to_preset(dir, tokenizer=...)`.")
-        with open(self.spm_path, "rb") as f:
-            return f.read()
-
-    def record(self) -> RunRecord | None:
-        """Its :class:`RunRecord`: a run dir's config.json, a SavedModel's config asset, a
-        preset dir's model and what it records of its run."""
-        return self.run_record
-
-    @property
-    def target_languages(self) -> tuple[str, ...]:
-        """A multilingual model's target languages, or () for one of one target."""
-        return () if self.run_record is None else self.run_record.target_languages
-
-    @property
-    def direction(self) -> tuple[str, str] | None:
-        """(src, tgt) as the record names them, or None where it does not."""
-        if not self.direction_known or self.run_record is None:
-            return None
-        return self.run_record.src, self.run_record.tgt
-
-    @property
-    def what(self) -> str:
-        """What it is, for messages: "a multilingual SavedModel (de, fr)", "a run dir"..."""
-        names = {"saved_model": "a SavedModel", "run_dir": "a run dir",
-                 "preset": "a preset dir of Transformer.save_to_preset",
-                 "ensemble": "an ensemble export", "ctranslate2": "a CTranslate2 dir"}
-        what = names[self.kind]
-        if self.kind == "run_dir" and os.path.isdir(os.path.join(self.path, rundir.AVERAGED)):
-            what = "an averaged run dir"
-        if self.kind == "ensemble" and self.run_record is not None:
-            members = [m for m in self.run_record.export.get("ensemble") or ()
-                       if isinstance(m, dict)]
-            what += (f" of {len(members)} models ("
-                     + ", ".join(str(m.get("source")) for m in members) + ")")
-        if self.target_languages:
-            what = (f"a multilingual {what.split(' ', 1)[1]} "
-                    f"({', '.join(self.target_languages)})")
-        return what
-
-    @property
-    def label(self) -> str:
-        """The source for messages: its kind and path."""
-        return f"{self.kind.replace('_', ' ')} {self.path!r}"
-
-    def require(self, kinds, tool: str | None = None, given=None,
-                multilingual=True) -> Source:
-        """This source if it is one of `kinds` (and not multilingual unless `multilingual`),
-        else ValueError in one line naming the path (`given`, else its own), what it is
-        and the forms `tool` takes."""
-        if self.kind in kinds and (multilingual or not self.target_languages):
-            return self
-        shown = self.path if given is None else os.fspath(given)
-        raise ValueError(f"{f'{tool}: ' if tool else ''}{shown!r} is {self.what}; expected "
-                         f"{describe_forms(kinds, multilingual)}.")
-
-
 def _listing(path: str) -> str:
     names = sorted(n + ("/" if os.path.isdir(os.path.join(path, n)) else "")
                    for n in os.listdir(path))
     shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
     return shown or "nothing (it is empty)"
-
-
-def read_json(path: str, what: str) -> dict:
-    """The JSON object in `path`; ValueError naming `what` was expected otherwise."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"Cannot read {path} ({error}); expected {what}.") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} holds a JSON {type(value).__name__}; expected {what}.")
-    return value
 
 
 def _model_of(config: dict, path: str, key: str) -> ModelConfig:
@@ -258,17 +103,9 @@ def _names_direction(record: dict) -> bool:
                                                             or train.get("tgt")))
 
 
-def is_model_path(name) -> bool:
-    """Whether `name` (given to `from_preset`) means a directory rather than a preset: a
-    path object, or a string that is no preset name and holds a "/" or exists."""
-    if isinstance(name, os.PathLike):
-        return True
-    return isinstance(name, str) and name not in PRESETS and (
-        os.sep in name or "/" in name or os.path.exists(name))
-
-
-def resolve(path, kinds=KINDS, tool: str | None = None, multilingual=True) -> Source:
-    """Says what the trained model at `path` is (:data:`KINDS`), reading its records only.
+def resolve(path, kinds=KINDS, tool: str | None = None, multilingual=True) -> Loader:
+    """The loader of the trained model at `path` (one subclass of :class:`Loader` per
+    form, :data:`KINDS`), reading its records only.
 
     Args:
         path: any form of trained model of this package.
@@ -297,11 +134,11 @@ def resolve(path, kinds=KINDS, tool: str | None = None, multilingual=True) -> So
     if source is None:
         raise ValueError(f"{prefix}{path!r} is not a model of this package: it holds "
                          f"{_listing(path)}; expected {expected}.")
-    return source.require(kinds, tool, path, multilingual)
+    return dataclasses.replace(source, given=path).require(kinds, tool, path, multilingual)
 
 
-def _read(path: str) -> Source | None:
-    """The Source at directory `path`, or None for a directory of none of the forms."""
+def _read(path: str) -> Loader | None:
+    """The loader of directory `path`, or None for a directory of none of the forms."""
     config_path = os.path.join(path, CONFIG_FILENAME)
     if os.path.isfile(os.path.join(path, CT2_FILES[0])):
         return _ctranslate2(path)
@@ -314,24 +151,24 @@ def _read(path: str) -> Source | None:
         return _saved_model(os.path.join(path, str(versions[-1])))
     if os.path.isfile(config_path):
         record = rundir.read_config(path)
-        return Source("run_dir", path, _model_of(record, config_path, "model"),
+        return RunDirLoader(path, _model_of(record, config_path, "model"),
                       record.get("preset"), os.path.join(path, SPM_FILENAME),
                       RunRecord.from_dict(record), _names_direction(record))
     return None
 
 
-def _ctranslate2(path: str) -> Source:
+def _ctranslate2(path: str) -> Loader:
     marker = read_ctranslate2_marker(path)
     model = marker.get("model")
     model = ModelConfig.from_dict(model) if isinstance(model, dict) else None
     record = None if model is None else RunRecord(
         model=model, src=marker.get("src") or "en", tgt=marker.get("tgt") or "de",
         preset=marker.get("preset"), vocabulary_sha256=marker.get("vocabulary_sha256"))
-    return Source("ctranslate2", path, model, marker.get("preset"),
+    return CTranslate2Loader(path, model, marker.get("preset"),
                   os.path.join(path, SPM_FILENAME), record, _names_direction(marker))
 
 
-def _preset(path: str, config_path: str) -> Source:
+def _preset(path: str, config_path: str) -> Loader:
     """A preset dir: its config.json names the class, the model, the preset, and (since
     save_to_preset records them) what it knows of the run: src, tgt, max_length and a
     multilingual model's target languages ("record")."""
@@ -343,11 +180,11 @@ def _preset(path: str, config_path: str) -> Source:
     known = config.get("record") if isinstance(config.get("record"), dict) else {}
     record = RunRecord.from_dict({**known, "model": model.to_dict(),
                                   "preset": config.get("preset")})
-    return Source("preset", path, model, config.get("preset"),
+    return PresetLoader(path, model, config.get("preset"),
                   os.path.join(path, SPM_FILENAME), record, _names_direction(known))
 
 
-def _saved_model(version_dir: str) -> Source:
+def _saved_model(version_dir: str) -> Loader:
     assets = os.path.join(version_dir, "assets")
     wanted = [os.path.join(assets, name) for name in (CONFIG_FILENAME, SPM_FILENAME)]
     if not all(os.path.isfile(p) for p in wanted):
@@ -355,7 +192,7 @@ def _saved_model(version_dir: str) -> Source:
         raise ValueError(f"SavedModel {version_dir!r} is not an export of this package: its "
                          f"assets/ holds {found}, not {CONFIG_FILENAME} and {SPM_FILENAME}.")
     config = read_json(wanted[0], "the config.json asset of a tfxformer export")
-    kind = "ensemble" if config.get("ensemble") else "saved_model"
-    return Source(kind, version_dir, _model_of(config, wanted[0], "model"),
+    loader = EnsembleLoader if config.get("ensemble") else SavedModelLoader
+    return loader(version_dir, _model_of(config, wanted[0], "model"),
                   config.get("preset"), wanted[1], RunRecord.from_dict(config),
                   _names_direction(config))

@@ -64,8 +64,6 @@ import logging
 import os
 
 import sentencepiece as spm
-import tensorflow as tf
-from tensorflow.core.protobuf import saved_model_pb2, trackable_object_graph_pb2
 
 from tfxformer import rundir
 from tfxformer.config import PRECISION_POLICIES, PRESETS, ModelConfig, get_preset
@@ -75,11 +73,17 @@ from tfxformer.locate import (
     ONE_MODEL,
     REGISTERED_NAME,
     WEIGHTS_FILENAME,
-    Source,
+    Loader,
     resolve,
 )
 from tfxformer.multilingual import parse_languages as multilingual_parse
-from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
+from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME
+from tfxformer.weights import (  # noqa: F401 (public here too: what a model is read with)
+    assign_weights,
+    build,
+    saved_model_variables,
+    weight_key,
+)
 
 __all__ = ["build", "load_model", "load_run_dir", "load_saved_model_weights", "load_source",
            "load_tokenizer", "save_preset"]
@@ -88,56 +92,6 @@ log = logging.getLogger("tfxformer")
 
 # The model arguments a fine-tuning run may set: they change no weight.
 FREE_ARGUMENTS = ("dropout", "attention_dropout", "activation_dropout")
-
-
-def weight_key(path: str) -> str:
-    """A weight's path below the model's own (auto-numbered) name, without a ":0"."""
-    return path.rsplit(":", 1)[0].split("/", 1)[-1]
-
-
-def assign_weights(model, values: dict, source: str) -> None:
-    """Assigns `values` ({:func:`weight_key`: array}) to the built `model`'s weights.
-
-    Raises:
-        ValueError: a weight is missing from `values`, left over, or of another shape; the
-            message names the weights and both shapes.
-    """
-    weights = {weight_key(w.path): w for w in model.weights}
-    missing = sorted(set(weights) - set(values))
-    unused = sorted(set(values) - set(weights))
-    if missing or unused:
-        raise ValueError(f"The weights of {source} do not fit this model: {len(missing)} of "
-                         f"its {len(weights)} weights are not there (e.g. {missing[:3]}), "
-                         f"{len(unused)} there are not the model's (e.g. {unused[:3]}).")
-    wrong = [f"{key}: {tuple(values[key].shape)} in {source}, {tuple(w.shape)} in the model"
-             for key, w in weights.items() if tuple(values[key].shape) != tuple(w.shape)]
-    if wrong:
-        raise ValueError(f"{len(wrong)} weight(s) of {source} do not fit this model: "
-                         + "; ".join(wrong[:4]) + (" ..." if len(wrong) > 4 else "") + ".")
-    for key, weight in weights.items():
-        weight.assign(tf.cast(values[key], weight.dtype))
-
-
-def build(cls, model: dict | ModelConfig, precision: str | None = "fp32"):
-    """A built `cls` (e.g. :class:`tfxformer.Transformer`) of a record's "model" (random
-    weights), computing in `precision` ("fp32", "bf16", "fp16"; None: the Keras global
-    policy), with every weight reachable by `tf.train.Checkpoint`.
-
-    Raises:
-        ValueError: a bad precision, or weights a checkpoint could not hold.
-    """
-    if precision is not None and precision not in PRECISION_POLICIES:
-        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
-    dtype = {} if precision is None else {"dtype": PRECISION_POLICIES[precision]}
-    built = cls(ModelConfig.from_dict(model), **dtype)
-    built.build()
-    untracked = rundir.untracked_weights(built)
-    if untracked:
-        raise ValueError(
-            f"{len(untracked)} of {len(built.weights)} model weights are not tracked by "
-            f"tf.train.Checkpoint (e.g. {untracked[:3]}), so a checkpoint can neither hold "
-            "nor restore them; the model's layer tracking must be fixed.")
-    return built
 
 
 def load_run_dir(cls, path: str, checkpoint: str | None = None, precision: str = "fp32"):
@@ -155,22 +109,7 @@ def load_run_dir(cls, path: str, checkpoint: str | None = None, precision: str =
         ValueError: a bad precision, an unreadable config, or a checkpoint that is corrupt
             or does not fit the model.
     """
-    if precision not in PRECISION_POLICIES:
-        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
-    resolve(path, ("run_dir",), "load_run_dir")
-    record = RunRecord.from_dict(rundir.read_config(path))
-    spm_bytes = rundir.read_spm_bytes(path)
-    checkpoint = checkpoint or rundir.find_checkpoint(path)
-    if checkpoint is None:
-        raise FileNotFoundError(
-            f"No checkpoint in run dir {path!r}: looked for the latest ckpt-<step> that the "
-            "state file `checkpoint` names in "
-            f"{', '.join(f'{d}/' for d in (rundir.AVERAGED, rundir.CHECKPOINTS))}.")
-    model = build(cls, record.model, precision)
-    rundir.restore(tf.train.Checkpoint(model=model), checkpoint,
-                   f"the model of {CONFIG_FILENAME}")
-    log.info("Loaded %s", checkpoint)
-    return model, record, spm_bytes
+    return _loaded(cls, resolve(path, ("run_dir",), "load_run_dir"), checkpoint, precision)
 
 
 def load_saved_model_weights(cls, version_dir, precision="fp32"):
@@ -183,71 +122,16 @@ def load_saved_model_weights(cls, version_dir, precision="fp32"):
         ValueError: not an export of this package, or its variables do not fit the
             config's model (:func:`assign_weights`).
     """
-    source = resolve(version_dir, ("saved_model",), "load_saved_model_weights")
-    record = source.record()
-    model = build(cls, source.model, precision)
-    assign_weights(model, saved_model_variables(source.path), f"SavedModel {source.path!r}")
-    return model, record, source.spm_bytes
+    loader = resolve(version_dir, ("saved_model",), "load_saved_model_weights")
+    return _loaded(cls, loader, None, precision)
 
 
-def saved_model_variables(version_dir) -> dict:
-    """{:func:`weight_key`: array} of the `model_variables` of a SavedModel exported by
-    this package, read from its variables checkpoint by way of its object graph (the
-    SavedModel's functions are not loaded: a tenth of a second, where
-    `tf.saved_model.load` takes seconds).
-
-    Raises:
-        ValueError: the SavedModel has no `model_variables` (not a translator exported by
-            this package) or its checkpoint lacks one of them.
-    """
-    saved = saved_model_pb2.SavedModel()
-    with open(os.path.join(version_dir, "saved_model.pb"), "rb") as f:
-        saved.ParseFromString(f.read())
-    nodes = saved.meta_graphs[0].object_graph_def.nodes
-    children = {child.local_name: child.node_id for child in nodes[0].children}
-    if "model_variables" not in children:
-        raise ValueError(f"SavedModel {version_dir!r} has no `model_variables`: not a "
-                         "translator exported by this package.")
-    reader = tf.train.load_checkpoint(os.path.join(version_dir, "variables", "variables"))
-    # The checkpoint's object graph numbers its nodes as the SavedModel's does.
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    values = {}
-    for child in nodes[children["model_variables"]].children:
-        keys = [a.checkpoint_key for a in graph.nodes[child.node_id].attributes
-                if a.name == "VARIABLE_VALUE"]
-        if not keys or not reader.has_tensor(keys[0]):
-            raise ValueError(f"SavedModel {version_dir!r}: the checkpoint lacks variable "
-                             f"{nodes[child.node_id].variable.name!r}.")
-        values[weight_key(nodes[child.node_id].variable.name)] = reader.get_tensor(keys[0])
-    return values
-
-
-def _weights_file(source: Source) -> str:
-    """What the weights of `source` are read from: a SavedModel version dir, the run dir's
-    checkpoint (:func:`tfxformer.rundir.find_checkpoint`, averaged first) or a weights file."""
-    if source.kind == "saved_model":
-        return source.path
-    if source.kind == "run_dir":
-        return rundir.find_checkpoint(source.path)
-    return os.path.join(source.path, WEIGHTS_FILENAME)
-
-
-def _load(cls, source: Source, precision=None, checkpoint=None):
-    """The source's model, a `cls` with its weights, computing in `precision` (None: the
-    Keras global policy; a SavedModel's and a run dir's: "fp32")."""
-    if source.kind == "saved_model":
-        return load_saved_model_weights(cls, source.path, precision or "fp32")[0]
-    if source.kind == "run_dir":
-        return load_run_dir(cls, source.path, checkpoint or _weights_file(source),
-                            precision or "fp32")[0]
-    model = build(cls, source.model, precision=precision)
-    try:
-        model.load_weights(_weights_file(source))
-    except (ValueError, OSError) as error:
-        raise ValueError(f"{_weights_file(source)} does not fit the model of its "
-                         f"{CONFIG_FILENAME}: {str(error)[:400]}") from None
-    return model
+def _loaded(cls, loader: Loader, checkpoint, precision):
+    """`(model, record, spm_bytes)` of `loader`, its model a `cls` computing in
+    `precision` (checked first)."""
+    if precision not in PRECISION_POLICIES:
+        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
+    return loader.load_model(cls, precision, checkpoint), loader.record(), loader.spm_bytes
 
 
 def load_source(cls, path, checkpoint=None, precision="fp32", tool=None):
@@ -262,17 +146,8 @@ def load_source(cls, path, checkpoint=None, precision="fp32", tool=None):
         FileNotFoundError, ValueError: as :func:`tfxformer.locate.resolve` (`tool` names
             the caller in its message), or a `checkpoint` for another form.
     """
-    source = resolve(path, ONE_MODEL, tool)
-    if checkpoint is not None and source.kind != "run_dir":
-        raise ValueError(f"`checkpoint` applies to a run dir; {os.fspath(path)!r} is "
-                         f"{source.what}.")
-    if source.kind == "run_dir":
-        return load_run_dir(cls, source.path, checkpoint, precision)
-    if precision not in PRECISION_POLICIES:
-        raise ValueError(f"precision {precision!r} not in {sorted(PRECISION_POLICIES)}.")
-    if source.kind == "saved_model":
-        return load_saved_model_weights(cls, source.path, precision)
-    return _load(cls, source, precision), source.record(), source.spm_bytes
+    loader = resolve(path, ONE_MODEL, tool)
+    return _loaded(cls, loader, checkpoint, precision)
 
 
 def load_model(cls, path, vocab_size=None, **overrides):
@@ -290,7 +165,7 @@ def load_model(cls, path, vocab_size=None, **overrides):
     if vocab_size is not None and int(vocab_size) != source.model.vocab_size:
         raise ValueError(f"vocab_size={vocab_size} given, but the model at {path!r} has a "
                          f"vocabulary of {source.model.vocab_size}.")
-    model = _load(cls, source)
+    model = source.load_model(cls)
     dtype = overrides.pop("dtype", None)
     config = source.model.replace(**ModelConfig.upgrade(overrides))
     if config != source.model or dtype is not None:
@@ -309,7 +184,7 @@ _PRESET_RECORD_KEYS = ("src", "tgt", "max_length")
 _PRESET_TRAIN_KEYS = ("target_languages", "reverse_target")
 
 
-def _known_record(source: Source) -> dict | None:
+def _known_record(source: Loader) -> dict | None:
     """What `source` records of its run that a preset dir keeps: src, tgt, max_length and
     the training settings that change how the model is read (a multilingual model's
     target languages, a right-to-left model's `reverse_target`); None where it names no
@@ -471,12 +346,12 @@ def fine_tune_config(config):
                                **fine_tune_direction(config, source))
 
 
-def _init_source(config) -> Source:
-    """The Source of `config.init_from`: one model's run dir, SavedModel or preset dir."""
+def _init_source(config) -> Loader:
+    """The loader of `config.init_from`: one model's run dir, SavedModel or preset dir."""
     return resolve(config.init_from, ONE_MODEL, "`init_from`")
 
 
-def fine_tune_direction(config, source: Source) -> dict:
+def fine_tune_direction(config, source: Loader) -> dict:
     """{"src", "tgt", "target_languages"} of a run from `source` (`config.init_from`):
     those the source's record names, for each that `config` leaves unset (None).
 
@@ -524,7 +399,7 @@ def load_initial_weights(model, config) -> None:
     """Assigns the weights of `config.init_from` to the built training `model` (read into
     a model of the same class)."""
     source = _init_source(config)
-    assign_weights(model, {weight_key(w.path): w for w in _load(type(model), source).weights},
+    assign_weights(model, {weight_key(w.path): w for w in source.load_model(type(model)).weights},
                    source.label)
 
 
@@ -541,4 +416,4 @@ def init_record(config, spm_bytes: bytes) -> dict:
         raise ValueError(f"The run dir's {SPM_FILENAME} is not the vocabulary of `init_from` "
                          f"{config.init_from!r}; fine-tune into a new run dir (`model_dir`).")
     return {"path": os.fspath(config.init_from), "kind": source.kind,
-            "weights": _weights_file(source), "vocabulary_sha256": digest}
+            "weights": source.weights_file(), "vocabulary_sha256": digest}

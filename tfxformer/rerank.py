@@ -30,23 +30,71 @@ Example (a toy n-best list; `forward` alone keeps each list's first candidate)::
     result.best  # ['Ein Hund rennt.']
 
 Features are computed once (:func:`score_features`) and combined for any weights
-(:func:`combine`), so a grid over the weights costs no model call. docs/reranking.md
-describes the script (scripts/rerank.py) and what reranking gave on Multi30k.
+(:func:`combine`), so a grid over the weights costs no model call. The weighted sum
+(:func:`weighted_sum`) and the choice (:func:`best_index`) are the ones an export
+reranking in its graph runs (:mod:`tfxformer.serving.reranking`), on tensors; the score
+names are :data:`WEIGHTS`. docs/reranking.md describes the script (scripts/rerank.py)
+and what reranking gave on Multi30k.
+
+Non-finite scores: a weight of 0 drops its score (so a -inf score weighted 0 adds
+nothing); a candidate whose combined score is not a finite number (NaN, +inf or -inf)
+never wins; ties, and a list none of whose candidates has a finite combined score, go to
+the earliest candidate (the search's better one).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import sacrebleu
 
 __all__ = [
-    "Candidate", "RerankResult", "Scorer", "combine", "forward_score", "length_score",
-    "mbr_score", "model_score", "read_nbest", "rerank", "score_features",
+    "GRAPH_WEIGHTS", "WEIGHTS", "Candidate", "RerankResult", "Scorer", "Weight",
+    "best_index", "combine",
+    "forward_score", "length_score", "mbr_score", "model_score", "read_nbest", "rerank",
+    "role_weights", "score_features", "scorer", "weighted_sum",
 ]
+
+
+class Weight(NamedTuple):
+    """What a score name weighs: `role`, the rescoring model it needs ("channel",
+    "right_to_left", "forward_model"; None: the n-best list's own), that model's
+    `direction` (:func:`model_score`), `mean` (per scored token) and MBR's `utility`
+    (None: not MBR; an export's graph cannot compute MBR)."""
+
+    role: str | None = None
+    direction: str | None = None
+    mean: bool = False
+    utility: str | None = None
+
+
+# The score names, in the order messages list them: the list's own, then per rescoring
+# model (sum, per token), then MBR. scripts/rerank.py's --weight, scripts/export.py's
+# --rerank-weight (those without a utility) and bench/rerank_grid.py's features.
+WEIGHTS = {
+    "forward": Weight(), "length": Weight(),
+    "channel": Weight("channel", "channel"),
+    "channel_mean": Weight("channel", "channel", True),
+    "right_to_left": Weight("right_to_left", "forward"),
+    "right_to_left_mean": Weight("right_to_left", "forward", True),
+    "forward_model": Weight("forward_model", "forward"),
+    "forward_model_mean": Weight("forward_model", "forward", True),
+    "mbr_bleu": Weight(utility="bleu"), "mbr_chrf": Weight(utility="chrf"),
+}
+
+
+# The scores an export's graph computes (every one but MBR's).
+GRAPH_WEIGHTS = tuple(name for name, weight in WEIGHTS.items() if weight.utility is None)
+
+
+def role_weights(role: str) -> tuple[str, ...]:
+    """The score names of the rescoring model of `role` (the sum, then per token)."""
+    return tuple(name for name, weight in WEIGHTS.items() if weight.role == role)
 
 
 class Candidate(NamedTuple):
@@ -211,6 +259,35 @@ def mbr_score(utility: str = "bleu") -> Scorer:
     return score
 
 
+def scorer(name: str, score_fn=None) -> Scorer:
+    """The scorer of score `name` (:data:`WEIGHTS`); a rescoring model's needs its
+    `score_fn` (:func:`model_score`)."""
+    weight = WEIGHTS[name]
+    if weight.utility is not None:
+        return mbr_score(weight.utility)
+    if weight.role is not None:
+        return model_score(score_fn, weight.direction, weight.mean)
+    return {"forward": forward_score, "length": length_score}[name]()
+
+
+def weighted_sum(features: Mapping, weights: Mapping[str, float], xp=np):
+    """sum of `weights[name] * features[name]` over the weights that are not 0 (zeros
+    where none is): the combined score of every candidate. `features` are arrays of one
+    shape: numpy's (`xp` numpy) or tensors in a graph (`xp` tf.experimental.numpy)."""
+    total = xp.zeros_like(next(iter(features.values())))
+    for name, weight in weights.items():
+        if weight != 0:
+            total = total + float(weight) * features[name]
+    return total
+
+
+def best_index(combined, xp=np):
+    """The index of the best candidate along the last axis of `combined`
+    (:func:`weighted_sum`): the highest finite score; a score that is not finite (NaN,
+    +inf, -inf) never wins; ties, and a list with no finite score, go to the earliest."""
+    return xp.argmax(xp.where(xp.isfinite(combined), combined, -np.inf), axis=-1)
+
+
 def score_features(candidates, sources, scorers: Mapping[str, Scorer]) -> dict:
     """{scorer name: per source, one score per candidate} for every scorer of `scorers`.
 
@@ -233,9 +310,9 @@ def score_features(candidates, sources, scorers: Mapping[str, Scorer]) -> dict:
 
 def combine(features: Mapping[str, list], weights: Mapping[str, float]) -> tuple[list, list]:
     """(index, scores): per source, the combined score of each candidate
-    (sum of `weights[name] * features[name]`) and the index of the best (-1 for an empty
-    list; ties go to the earlier candidate, the search's better one). A feature without a
-    weight counts 0; a NaN score never wins.
+    (:func:`weighted_sum`) and the index of the best (:func:`best_index`; -1 for an empty
+    list). A feature without a weight counts 0; the module doc says how non-finite
+    scores count.
 
     Raises:
         ValueError: a weight for a feature not in `features` (naming the ones there), or a
@@ -249,19 +326,19 @@ def combine(features: Mapping[str, list], weights: Mapping[str, float]) -> tuple
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
                 or not math.isfinite(weight):
             raise ValueError(f"The weight of {name!r} must be a finite number, got {weight!r}.")
-    used = [(features[name], float(w)) for name, w in weights.items() if w != 0]
     if not features:
         return [], []
-    rows = len(next(iter(features.values())))
-    indices, scores = [], []
-    for i in range(rows):
-        count = len(next(iter(features.values()))[i])
-        row = [sum(w * values[i][k] for values, w in used) for k in range(count)]
-        best = max(range(count), key=lambda k: (not math.isnan(row[k]),
-                                                row[k] if not math.isnan(row[k]) else 0.0,
-                                                -k), default=-1)
-        indices.append(best)
-        scores.append(row)
+    counts = [len(row) for row in next(iter(features.values()))]
+    flat = {name: np.fromiter(itertools.chain.from_iterable(values), np.float64,
+                              count=sum(counts))
+            for name, values in features.items() if weights.get(name, 0) != 0}
+    total = weighted_sum(flat or {"": np.zeros(sum(counts))}, weights)
+    indices, scores, start = [], [], 0
+    for count in counts:
+        row = total[start:start + count]
+        indices.append(int(best_index(row)) if count else -1)
+        scores.append(row.tolist())
+        start += count
     return indices, scores
 
 

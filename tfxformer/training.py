@@ -260,7 +260,7 @@ def training_dataset(config: TrainConfig, corpus, tokenizer: Tokenizer, replicas
                    num_replicas=replicas, shuffle_buffer=config.shuffle_buffer,
                    seed=config.seed, reverse_target=config.reverse_target)
     if cache is not None:
-        return token_cache.train_dataset(cache, **options)
+        return pipeline.train_dataset(None, tokenizer, token_cache=cache, **options)
     if config.subword_sampling:
         options["sampler"] = SubwordSampler(tokenizer.spm_bytes, config.subword_sampling,
                                             config.seed)

@@ -13,7 +13,8 @@ Typical use::
 Or tokenize the training pairs once (`tfxformer.data.token_cache`; the same batches)::
 
     cache = token_cache.open_or_build(corpus.train, tokenizer, run_dir, max_length=256)
-    train = token_cache.train_dataset(cache, batch_tokens=..., num_replicas=R)
+    train = train_dataset(None, tokenizer, token_cache=cache, batch_tokens=...,
+                          num_replicas=R)
 """
 
 from tfxformer.data.pipeline import (

@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 # tokenized; no real sentence of `max_length` subwords is that long, and it keeps
 # pathological lines (a whole document on one line) away from the tokenizer.
 _MAX_BYTES_PER_TOKEN = 64
+_GATHER_BATCH = 1024  # pairs of a token cache gathered per call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,15 +348,17 @@ def train_dataset(
     max_line_bytes: int | None = None,
     sampler: SubwordSampler | None = None,
     reverse_target: bool = False,
+    token_cache=None,
 ) -> tf.data.Dataset:
     """The training pipeline: shuffle, repeat, tokenize, filter, batch by length (§5.1).
 
-    Tokenizes on every epoch; :func:`tfxformer.data.token_cache.train_dataset` gives the
-    same batches from token ids saved once (not with `sampler`, which needs the text).
+    Tokenizes on every epoch; with `token_cache`, the same batches from token ids saved
+    once.
 
     Args:
-        pairs: dataset of `(src, tgt)` strings, e.g. `corpus.train.dataset()`.
-        tokenizer: the shared :class:`Tokenizer`.
+        pairs: dataset of `(src, tgt)` strings, e.g. `corpus.train.dataset()` (not read
+            with a `token_cache`: may be None).
+        tokenizer: the shared :class:`Tokenizer` (not used with a `token_cache`).
         batch_tokens: padded tokens per side of one GLOBAL batch (all replicas), e.g.
             `TokenBudget(25000, R, k).per_step`; see the module docstring.
         max_length: length filter, tokens including EOS/BOS.
@@ -371,18 +374,50 @@ def train_dataset(
         sampler: subword regularisation (:func:`tokenize_pairs`): each read of a pair
             samples a segmentation, seeded by the sampler's seed and the position in the
             shuffled, repeated stream (a checkpoint of the iterator saves it).
-        reverse_target: right-to-left examples (:func:`make_examples`).
+        reverse_target: right-to-left examples (:func:`make_examples`); a token cache
+            holds the targets in reading order, so one cache serves both directions.
+        token_cache: the pairs' ids, tokenized and filtered once
+            (:class:`tfxformer.data.token_cache.TokenCache`,
+            `token_cache.open_or_build`): the same batches as from `pairs`; its
+            `max_length` must be this one (its filter is applied already), and it does
+            not go with `sampler` (which needs the text).
 
     Returns:
         dataset of `((source_ids, decoder_input_ids), labels)`, int32 `(B, L)` each.
+
+    Raises:
+        ValueError: a token budget too small for the longest bucket, or a `token_cache`
+            of another `max_length` or with a `sampler`.
     """
+    order = dict(shuffle_buffer=shuffle_buffer, seed=seed, repeat=repeat)
+    if token_cache is not None:
+        examples = _cached_examples(token_cache, max_length, sampler, reverse_target, order)
     bucket_plan(batch_tokens, max_length, num_replicas, bucket_step)  # errors first
-    pairs = order_for_training(pairs, shuffle_buffer=shuffle_buffer, seed=seed, repeat=repeat)
-    examples = tokenize_pairs(pairs, tokenizer, max_length=max_length,
-                              max_line_bytes=max_line_bytes, sampler=sampler,
-                              reverse_target=reverse_target)
+    if token_cache is None:
+        examples = tokenize_pairs(order_for_training(pairs, **order), tokenizer,
+                                  max_length=max_length, max_line_bytes=max_line_bytes,
+                                  sampler=sampler, reverse_target=reverse_target)
     return batches_for_training(examples, batch_tokens=batch_tokens, max_length=max_length,
                                 num_replicas=num_replicas, bucket_step=bucket_step)
+
+
+def _cached_examples(cache, max_length, sampler, reverse_target, order) -> tf.data.Dataset:
+    """The examples of :func:`train_dataset` from a token cache's ids: its pair indices
+    in the training order, gathered `_GATHER_BATCH` at a time."""
+    if max_length != cache.max_length:
+        raise ValueError(f"max_length={max_length}, but the token cache {cache.directory} was "
+                         f"built with max_length={cache.max_length}; open the cache with "
+                         "the training's max_length.")
+    if sampler is not None:
+        raise ValueError("Subword sampling segments the text on every read: train it "
+                         "without a token cache.")
+
+    def gather(indices):  # (n,) int64 -> the kept pairs' examples, in order
+        return make_examples(*cache.pairs_at(indices), reverse_target)
+
+    indices = order_for_training(tf.data.Dataset.range(cache.num_pairs), **order)
+    return unbatch_examples(indices.batch(_GATHER_BATCH).map(
+        gather, num_parallel_calls=tf.data.AUTOTUNE))
 
 
 def eval_dataset(

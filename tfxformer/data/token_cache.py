@@ -7,11 +7,12 @@ The token cache tokenizes it once, with the same op and the same length filter
 and saves the ids; the length check reads its counts (:class:`FilterStats`) from the
 same pass, and training epochs gather ids instead of tokenizing.
 
-The same batches as without the cache: :func:`train_dataset` shuffles the pair *indices*
-`range(N)` with the shuffle of `pipeline.train_dataset` (same buffer, seed, reshuffle
-each epoch: tf.data's shuffle order depends on its seed, not on the elements), then drops
-the filtered pairs and batches exactly as it does, so for a seed both give the same
-batches in the same order (tests/test_token_cache.py).
+The same batches as without the cache: `pipeline.train_dataset(..., token_cache=cache)`
+shuffles the pair *indices* `range(N)` with the shuffle it gives the pairs (same buffer,
+seed, reshuffle each epoch: tf.data's shuffle order depends on its seed, not on the
+elements), gathers their ids (:meth:`TokenCache.pairs_at`, the filtered pairs dropped)
+and batches them exactly as it does the tokenized pairs, so for a seed both give the
+same batches in the same order (tests/test_token_cache.py).
 
 Layout, in `run_dir/token_cache/<key>/`::
 
@@ -71,7 +72,7 @@ from tfxformer.data.pipeline import FilterStats
 from tfxformer.data.tokenizer import Tokenizer
 
 __all__ = [
-    "build", "open_cache", "open_or_build", "train_dataset",
+    "build", "open_cache", "open_or_build",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ CACHE_DIRNAME = "token_cache"
 _RECORD_FILENAME = "cache.json"
 _FORMAT_VERSION = 1
 _DEFAULT_SHARD_PAIRS = 1_000_000
-_BATCH = 1024  # pairs tokenized (when building) or gathered (when reading) per call
+_BATCH = 1024  # pairs tokenized per call when building
 _ARRAYS = ("src_lengths", "tgt_lengths", "src_ids", "tgt_ids")
 _BAD_PART = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
@@ -151,6 +152,13 @@ class TokenCache:
         counts = self.record["stats"]
         return FilterStats(counts["total"], counts["empty"], counts["too_long"],
                            self.max_length)
+
+    def pairs_at(self, indices):
+        """`(src_ids, tgt_ids)`, ragged: the ids of the pairs at `indices` ((n,) int64
+        positions in the corpus) that the length filter kept, in order."""
+        src_ids, tgt_ids = tf.gather(self.src, indices), tf.gather(self.tgt, indices)
+        keep = src_ids.row_lengths() > 0
+        return tf.ragged.boolean_mask(src_ids, keep), tf.ragged.boolean_mask(tgt_ids, keep)
 
 
 def _write_atomically(path: str, write: Callable) -> None:
@@ -379,47 +387,3 @@ def open_or_build(split, tokenizer: Tokenizer, run_dir: str, *, max_length: int,
                    shard_pairs=shard_pairs)
     cache = open_cache(split, tokenizer, run_dir, **options)
     return cache if cache is not None else build(split, tokenizer, run_dir, **options)
-
-
-def train_dataset(
-    cache: TokenCache,
-    *,
-    batch_tokens: int,
-    max_length: int = 256,
-    num_replicas: int = 1,
-    bucket_step: int = 8,
-    shuffle_buffer: int = 100_000,
-    seed: int | None = None,
-    repeat: bool = True,
-    reverse_target: bool = False,
-) -> tf.data.Dataset:
-    """:func:`tfxformer.data.pipeline.train_dataset`'s batches, from `cache`'s ids.
-
-    Arguments as there; `max_length` must be the cache's (its filter is applied already).
-    The cache holds the targets in reading order; `reverse_target` reverses them as the
-    batches are made, so one cache serves left-to-right and right-to-left runs.
-
-    Raises:
-        ValueError: `max_length` is not the one the cache was built with.
-    """
-    if max_length != cache.max_length:
-        raise ValueError(f"max_length={max_length}, but the token cache {cache.directory} was "
-                         f"built with max_length={cache.max_length}; open the cache with "
-                         "the training's max_length.")
-    pipeline.bucket_plan(batch_tokens, max_length, num_replicas, bucket_step)  # errors first
-    src, tgt = cache.src, cache.tgt
-
-    def gather(indices):  # (n,) int64 -> the kept pairs' examples, in order
-        src_ids, tgt_ids = tf.gather(src, indices), tf.gather(tgt, indices)
-        keep = src_ids.row_lengths() > 0
-        return pipeline.make_examples(tf.ragged.boolean_mask(src_ids, keep),
-                                      tf.ragged.boolean_mask(tgt_ids, keep), reverse_target)
-
-    indices = pipeline.order_for_training(tf.data.Dataset.range(cache.num_pairs),
-                                          shuffle_buffer=shuffle_buffer, seed=seed,
-                                          repeat=repeat)
-    examples = pipeline.unbatch_examples(
-        indices.batch(_BATCH).map(gather, num_parallel_calls=tf.data.AUTOTUNE))
-    return pipeline.batches_for_training(examples, batch_tokens=batch_tokens,
-                                         max_length=max_length, num_replicas=num_replicas,
-                                         bucket_step=bucket_step)

@@ -15,6 +15,17 @@ def _scores_spec(x, memory, num_heads):
             "cross": keras.KerasTensor((batch, num_heads, length, memory.shape[1]), "float32")}
 
 
+def _output_spec(layer, x, memory, return_attention_scores, num_heads, num_layers=None):
+    """The output spec of a decoder layer (`num_layers` None) or stack: `x`'s shape in its
+    compute dtype, with the attention scores' (one dict, or a list of one per layer)."""
+    output = keras.KerasTensor(x.shape, layer.compute_dtype)
+    if not return_attention_scores:
+        return output
+    if num_layers is None:
+        return output, _scores_spec(x, memory, num_heads)
+    return output, [_scores_spec(x, memory, num_heads) for _ in range(num_layers)]
+
+
 def _check_memory_width(memory_shape, d_model):
     if memory_shape is None:
         return
@@ -138,10 +149,7 @@ class DecoderLayer(TransformerBlock):
     def compute_output_spec(self, x, memory, memory_padding_mask=None,
                             return_attention_scores=False, training=None, x_mask=None,
                             memory_mask=None):
-        output = keras.KerasTensor(x.shape, self.compute_dtype)
-        if not return_attention_scores:
-            return output
-        return output, _scores_spec(x, memory, self.num_heads)
+        return _output_spec(self, x, memory, return_attention_scores, self.num_heads)
 
 
 @keras.saving.register_keras_serializable(package="tfxformer")
@@ -230,8 +238,5 @@ class Decoder(LayerStack):
     def compute_output_spec(self, x, memory, memory_padding_mask=None,
                             return_attention_scores=False, training=None, x_mask=None,
                             memory_mask=None):
-        output = keras.KerasTensor(x.shape, self.compute_dtype)
-        if not return_attention_scores:
-            return output
-        heads = self.layer_0.num_heads
-        return output, [_scores_spec(x, memory, heads) for _ in range(self.num_layers)]
+        return _output_spec(self, x, memory, return_attention_scores, self.layer_0.num_heads,
+                            self.num_layers)

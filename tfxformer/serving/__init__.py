@@ -1,7 +1,7 @@
 """Translation as a TensorFlow graph (string in, string out), its export and loading.
 
-:func:`load_translate_fn` is the one way from a model on disk (SavedModel, export dir or
-run dir) to `translate(list[str]) -> list[str]`; the run dir itself is
+:func:`load_translate_fn` is the one way from a model on disk (SavedModel, export dir,
+run dir, preset dir, CTranslate2 dir) to `translate(list[str]) -> list[str]`; the run dir itself is
 :mod:`tfxformer.rundir`'s. :func:`load_score_fn` scores given pairs (log P(target |
 source)) and :func:`load_sample_fn` samples translations, from the same kinds of path;
 :func:`load_nbest_fn` gives each line's n-best list (docs/steering.md).
@@ -18,6 +18,7 @@ from tfxformer.serving.export import (
 )
 from tfxformer.serving.loading import (
     TranslateFn,
+    load_nbest_fn,
     load_translate_fn,
     make_translate_fn,
     resolve_model_dir,
@@ -25,7 +26,7 @@ from tfxformer.serving.loading import (
     target_languages_of,
 )
 from tfxformer.serving.multilingual_translator import MultilingualTranslator, make_translator
-from tfxformer.serving.nbest import Hypothesis, NBestFn, load_nbest_fn
+from tfxformer.serving.nbest import Hypothesis, NBestFn
 from tfxformer.serving.sampling import SampleFn, load_sample_fn
 from tfxformer.serving.scoring import PairScore, ScoreFn, load_score_fn
 from tfxformer.serving.text import sanitize_utf8

@@ -4,8 +4,8 @@ A CTranslate2 directory of this package (:mod:`tfxformer.serving.ctranslate2_exp
 `scripts/export.py --format ctranslate2`) holds CTranslate2's model.bin and config.json,
 spm.model and our record tfxformer.json. :func:`load_ct2_translate_fn` gives
 `translate(list[str]) -> list[str]` for it (:class:`Ct2TranslateFn`, the interface of
-:class:`tfxformer.serving.TranslateFn`); :func:`load_translate_fn` takes any model on disk
-(a CTranslate2 directory, or what :func:`tfxformer.serving.load_translate_fn` takes), so
+:class:`tfxformer.serving.TranslateFn`); :func:`tfxformer.serving.load_translate_fn` and
+:func:`tfxformer.serving.load_nbest_fn` take it as any model on disk, so
 `scripts/translate.py` and `scripts/evaluate.py` take either. CTranslate2 is an extra:
 `pip install -e ".[ctranslate2]"`.
 
@@ -50,14 +50,12 @@ from tfxformer.locate import (  # noqa: F401
     CT2_FORMAT_VERSION as FORMAT_VERSION,
 )
 from tfxformer.locate import CT2_MARKER_FILENAME as MARKER_FILENAME
-from tfxformer.locate import is_ctranslate2_dir, read_ctranslate2_marker, resolve
-from tfxformer.serving.loading import load_translate_fn as load_saved_model_translate_fn
+from tfxformer.locate import is_ctranslate2_dir, read_ctranslate2_marker
 from tfxformer.serving.nbest import Hypothesis, line_constraints, split_lines
-from tfxformer.serving.nbest import load_nbest_fn as load_saved_model_nbest_fn
 
 __all__ = ["MARKER_FILENAME", "QUANTIZATIONS", "Ct2NBestFn", "Ct2TranslateFn",
            "ct2_length_penalty", "is_ctranslate2_dir", "load_ct2_translate_fn",
-           "load_nbest_fn", "load_translate_fn", "read_marker"]
+           "read_marker"]
 
 INSTALL = 'pip install -e ".[ctranslate2]"'
 # Converter.convert's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES),
@@ -330,37 +328,6 @@ def load_ct2_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
     return Ct2TranslateFn(translator, processor, os.fspath(path), record, decoding, patience)
 
 
-def load_translate_fn(path, beam_size=None, alpha=None, extra_length=None, batch_size=None,
-                      compute_type=None, threads=None, **saved_model_options):
-    """A translate function for any model on disk (every form of
-    :func:`tfxformer.locate.resolve`): :func:`load_ct2_translate_fn` for a CTranslate2
-    directory of this package, else :func:`tfxformer.serving.load_translate_fn` (run dir,
-    SavedModel, preset dir, ensemble export), which takes `saved_model_options`
-    (precision, checkpoint, target_language).
-
-    Raises:
-        ValueError: an option that does not apply to that kind of model, and as the
-            loader called.
-    """
-    path = os.fspath(path)
-    given = {k: v for k, v in saved_model_options.items()
-             if v is not None and not (k == "precision" and v in ("fp32", "auto"))}
-    if resolve(path, tool="load_translate_fn").kind == "ctranslate2":
-        if given:
-            raise ValueError(f"{sorted(given)} apply to SavedModels and run dirs; {path!r} "
-                             "is a CTranslate2 model (its options: compute_type, threads).")
-        return load_ct2_translate_fn(path, beam_size, alpha, extra_length, batch_size,
-                                     compute_type or "default", threads)
-    for name, value in (("compute_type", compute_type), ("threads", threads)):
-        if value is not None:
-            raise ValueError(f"`{name}` {value!r} applies to CTranslate2 models; {path!r} "
-                             "is not one (a CTranslate2 directory holds model.bin).")
-    batch = {} if batch_size is None else {"batch_size": batch_size}
-    return load_saved_model_translate_fn(path, beam_size=beam_size, alpha=alpha,
-                                         extra_length=extra_length, **batch,
-                                         **saved_model_options)
-
-
 class Ct2NBestFn:
     """`nbest(lines) -> list[list[Hypothesis]]` with a CTranslate2 model directory: the
     interface of :class:`tfxformer.serving.NBestFn` over :meth:`Ct2TranslateFn.nbest`."""
@@ -377,35 +344,3 @@ class Ct2NBestFn:
 
     def describe(self) -> str:
         return f"{self._fn.describe()}; {self.num_hypotheses}-best lists"
-
-
-def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_length=None,
-                  batch_size=None, compute_type=None, threads=None, no_repeat_ngram_size=None,
-                  repetition_penalty=None, **saved_model_options):
-    """An n-best function for any model on disk: a :class:`Ct2NBestFn` for a CTranslate2
-    directory of this package (`compute_type`, `threads` as :func:`load_ct2_translate_fn`),
-    else :func:`tfxformer.serving.load_nbest_fn` (SavedModel, export dir, run dir, preset
-    dir; it takes `saved_model_options`). `no_repeat_ngram_size` and
-    `repetition_penalty`: repetition control (None: off), CTranslate2's own options of
-    those names.
-
-    Raises:
-        ValueError: an option that does not apply to that kind of model, `num_hypotheses`
-            above the beam size, and as the loader called.
-    """
-    if resolve(path, tool="load_nbest_fn").kind == "ctranslate2":
-        translate = load_translate_fn(path, beam_size, alpha, extra_length, batch_size,
-                                      compute_type, threads, **saved_model_options)
-        translate.decoding = translate.decoding.replace(
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            repetition_penalty=repetition_penalty).validate()
-        return Ct2NBestFn(translate, num_hypotheses)
-    for name, value in (("compute_type", compute_type), ("threads", threads)):
-        if value is not None:
-            raise ValueError(f"`{name}` {value!r} applies to CTranslate2 models; {path!r} "
-                             "is not one (a CTranslate2 directory holds model.bin).")
-    batch = {} if batch_size is None else {"batch_size": batch_size}
-    return load_saved_model_nbest_fn(path, num_hypotheses, beam_size, alpha, extra_length,
-                                     **batch, no_repeat_ngram_size=no_repeat_ngram_size,
-                                     repetition_penalty=repetition_penalty,
-                                     **saved_model_options)

@@ -33,7 +33,7 @@ import tempfile
 import numpy as np
 import sentencepiece
 
-from tfxformer import locate, pretrained
+from tfxformer import locate
 from tfxformer.config import POSITION_EMBEDDINGS, DecodingOptions, ModelConfig
 from tfxformer.ids import SPM_FILENAME
 from tfxformer.layers.position import sinusoidal_encoding
@@ -46,6 +46,7 @@ from tfxformer.serving.ctranslate2 import (
     SPECIAL_PIECES,
     import_ctranslate2,
 )
+from tfxformer.weights import weight_key
 
 __all__ = ["build_spec", "export_ctranslate2", "save_spec"]
 
@@ -176,14 +177,8 @@ def _loaded(path, checkpoint=None):
         raise ValueError(f"{path!r} is a right-to-left model (`reverse_target`): CTranslate2 "
                          "would return its translations with the pieces reversed; export it "
                          "as a SavedModel, whose graph puts them back in order.")
-    if checkpoint is not None:
-        if source.kind != "run_dir":
-            raise ValueError(f"`checkpoint` applies to a run dir; {path!r} is a "
-                             f"{source.kind.replace('_', ' ')}.")
-        model = pretrained.load_run_dir(Transformer, source.path, checkpoint)[0]
-    else:
-        model = pretrained.load_model(Transformer, source.path)
-    weights = {pretrained.weight_key(w.path): np.asarray(w.numpy(), np.float32)
+    model = source.load_model(Transformer, checkpoint=checkpoint)
+    weights = {weight_key(w.path): np.asarray(w.numpy(), np.float32)
                for w in model.weights}
     return model.model_config, weights, record, source.spm_bytes, source
 
@@ -206,20 +201,13 @@ def _pieces(spm_bytes: bytes) -> list[str]:
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
-def _source_name(path: str) -> str:
-    """The source's last path component ("en_de/3" for a SavedModel version dir): no
-    machine path goes into the record."""
-    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
-    return "/".join(parts[-2:]) if parts[-1].isdigit() else parts[-1]
-
-
 def _marker(record, source, spm_bytes: bytes) -> dict:
     """The tfxformer.json entries that describe the source: format, languages, preset,
     vocabulary hash and where it came from (no machine path)."""
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "src": record.src,
             "tgt": record.tgt, "preset": record.preset,
             "vocabulary_sha256": hashlib.sha256(spm_bytes).hexdigest(),
-            "source": {"kind": source.kind, "name": _source_name(source.path)}}
+            "source": {"kind": source.kind, "name": locate.source_name(source.path)}}
 
 
 def _check_target(directory: str) -> None:

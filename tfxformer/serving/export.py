@@ -333,9 +333,11 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
                    shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
                    stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH,
                    signatures=None):
-    """Loads a trained run dir (:func:`tfxformer.pretrained.load_run_dir`) or a preset dir
-    of `Transformer.save_to_preset` (:func:`tfxformer.pretrained.load_source`) and exports
-    its translator (`precision` "bf16": computes in bfloat16, float32 weights). The input and
+    """Loads a trained run dir (:func:`tfxformer.pretrained.load_run_dir`), a preset dir
+    of `Transformer.save_to_preset` or a SavedModel of one model
+    (:func:`tfxformer.pretrained.load_source`; a SavedModel's decoding options not given
+    are its own, :func:`export_saved_model`) and exports its translator (`precision`
+    "bf16": computes in bfloat16, float32 weights). The input and
     output limits default to the run's training `max_length` (:func:`_make_translator`), else
     256 tokens each; both are capped by the model's positions. `shortlist` (K, N): a
     vocabulary shortlist built from the run's training data (or `shortlist_data`, its
@@ -350,11 +352,14 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
     precision, reason = export_precision(precision)
     model, record, spm_bytes = pretrained.load_source(Transformer, model_dir, checkpoint,
                                                       precision, "export_run_dir")
+    options = with_source_options(record, dict(
+        beam_size=beam_size, alpha=alpha, extra_length=extra_length,
+        max_batch_size=max_batch_size, max_input_tokens=max_input_tokens,
+        max_output_tokens=max_output_tokens, stopping=stopping,
+        length_normalization=length_normalization, xla_max_batch=xla_max_batch))
     table = _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
-    translator = _make_translator(model, record, spm_bytes, beam_size, alpha, extra_length,
-                                 max_batch_size, max_input_tokens, max_output_tokens, table,
-                                 stopping, length_normalization, xla_max_batch)
+    translator = _make_translator(model, record, spm_bytes, shortlist=table, **options)
     return export_translator(translator, export_dir, config=record, version=version,
                              num_batch_threads=num_batch_threads, precision_reason=reason,
                              signatures=signatures)
@@ -365,7 +370,7 @@ _INHERITED_OPTIONS = ("beam_size", "alpha", "extra_length", "max_input_tokens",
                      "max_output_tokens", "stopping", "length_normalization")
 
 
-def _with_source_options(record, options):
+def with_source_options(record, options):
     """`options` without its None values, the unset _INHERITED_OPTIONS taken from the
     decoding options of `record` (a SavedModel's config asset; a run dir has none)."""
     source = {} if record.decoding is None else record.decoding.to_dict()
@@ -388,24 +393,12 @@ def export_saved_model(version_dir, export_dir, precision="fp32", version=None,
     `decoding`; an asset without the two rules ran "bound" and "gnmt"). `precision`
     "auto": :func:`export_precision`. `signatures`: the signatures to export
     (:func:`export_translator`; None: all, whichever the source has)."""
-    check_signatures(signatures)
-    precision, reason = export_precision(precision)
-    model, record, spm_bytes = pretrained.load_saved_model_weights(Transformer, version_dir,
-                                                                   precision=precision)
-    options = _with_source_options(record, options)
-    table = _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
-                           shortlist_max_pairs)
-    translator = _make_translator(model, record, spm_bytes, shortlist=table, **options)
-    return export_translator(translator, export_dir, config=record, version=version,
-                             num_batch_threads=num_batch_threads, precision_reason=reason,
-                             signatures=signatures)
-
-
-def _source_name(path):
-    """A member's `source` in config.json: the last component of its path (after the
-    export dir's name for a version dir: "en_de/3")."""
-    parts = os.path.normpath(os.path.abspath(os.fspath(path))).split(os.sep)
-    return "/".join(parts[-2:]) if parts[-1].isdigit() else parts[-1]
+    locate.resolve(version_dir, ("saved_model",), "export_saved_model")
+    return export_run_dir(version_dir, export_dir, precision=precision, version=version,
+                          num_batch_threads=num_batch_threads, shortlist=shortlist,
+                          shortlist_data=shortlist_data,
+                          shortlist_max_pairs=shortlist_max_pairs, signatures=signatures,
+                          **options)
 
 
 def _check_vocabularies(paths, sources):
@@ -468,7 +461,7 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
     dtype = {} if precision == "fp32" else {"dtype": PRECISION_POLICIES[precision]}
     models = [pretrained.load_model(Transformer, p, **dtype) for p in paths]
     record = sources[0].record()
-    options = _with_source_options(record, dict(
+    options = with_source_options(record, dict(
         beam_size=beam_size, alpha=alpha, extra_length=extra_length, stopping=stopping,
         length_normalization=length_normalization,
         max_batch_size=max_batch_size, max_input_tokens=max_input_tokens,
@@ -478,7 +471,7 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
     translator = _make_translator(models, record, spm_bytes, shortlist=table,
                                   xla_max_batch=xla_max_batch, **options)
     config = {**record.to_dict(),
-              "ensemble": _ensemble_record(translator, [_source_name(p) for p in paths])}
+              "ensemble": _ensemble_record(translator, [locate.source_name(p) for p in paths])}
     return export_translator(translator, export_dir, config=config, version=version,
                              num_batch_threads=num_batch_threads, precision_reason=reason,
                              signatures=signatures)

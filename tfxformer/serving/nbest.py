@@ -1,7 +1,7 @@
 """N-best lists from Python: each line's best translations with their scores.
 
-:func:`load_nbest_fn` opens a SavedModel's `translate_nbest` signature, or a run dir's model
-through the same graph (:meth:`tfxformer.serving.Translator.nbest`), and returns
+:func:`tfxformer.serving.load_nbest_fn` opens a SavedModel's `translate_nbest` signature, or
+a run dir's model through the same graph (:meth:`tfxformer.serving.Translator.nbest`), and returns
 `nbest(lines) -> list[list[Hypothesis]]`, best first (docs/steering.md), with the
 repetition controls and, per line, a target prefix and terminology constraints (a
 :class:`Line`). The CTranslate2
@@ -23,9 +23,9 @@ import tensorflow as tf
 from tfxformer import checks
 from tfxformer.config import DecodingOptions
 from tfxformer.serving.batching import translate_in_length_order
-from tfxformer.serving.signatures import OpenedSignature, language_inputs, open_signature
+from tfxformer.serving.signatures import OpenedSignature, language_inputs
 
-__all__ = ["Hypothesis", "Line", "NBestFn", "line_constraints", "load_nbest_fn", "moses_lines"]
+__all__ = ["Hypothesis", "Line", "NBestFn", "line_constraints", "moses_lines"]
 
 _DEFAULTS = DecodingOptions()
 
@@ -208,38 +208,3 @@ class NBestFn:
                 f"-best lists, beam size {o.beam_size}, alpha {o.alpha}, extra length "
                 f"{o.extra_length}, stopping {o.stopping}, length normalization "
                 f"{o.length_normalization}")
-
-
-def load_nbest_fn(path, num_hypotheses=None, beam_size=None, alpha=None, extra_length=None,
-                  batch_size=_DEFAULTS.batch_size, precision="fp32", checkpoint=None,
-                  target_language=None, no_repeat_ngram_size=None,
-                  repetition_penalty=None) -> NBestFn:
-    """The n-best function of a SavedModel version dir, its export dir, or a run dir.
-
-    Args:
-        path: a SavedModel (version or export dir) with the `translate_nbest` signature, or
-            a trained run dir (its averaged checkpoint first).
-        num_hypotheses: translations per line, at most the beam size (None: the beam size).
-        beam_size, alpha, extra_length: decoding options (None: the export's, else
-            :class:`DecodingOptions`').
-        batch_size, precision, checkpoint, target_language: as
-            :func:`tfxformer.serving.load_translate_fn`'s.
-        no_repeat_ngram_size, repetition_penalty: repetition control (None: off, 0 and
-            1.0; :class:`DecodingOptions`).
-
-    Returns:
-        An :class:`NBestFn`.
-
-    Raises:
-        FileNotFoundError: `path` is no model dir.
-        ValueError: a bad option (`num_hypotheses` above the beam size), or a SavedModel
-            without `translate_nbest` (exported before it existed: re-export it with
-            scripts/export.py).
-    """
-    opened = open_signature(path, "translate_nbest", batch_size, precision, checkpoint)
-    options = opened.options.replace(beam_size=beam_size, alpha=alpha,
-                                     extra_length=extra_length,
-                                     no_repeat_ngram_size=no_repeat_ngram_size,
-                                     repetition_penalty=repetition_penalty).validate()
-    count = options.beam_size if num_hypotheses is None else num_hypotheses
-    return NBestFn(opened, options, count, batch_size, target_language)

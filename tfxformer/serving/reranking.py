@@ -8,6 +8,10 @@ tensorflow-text ops, so a stock TF Serving serves it:
     score(y) = forward_weight * search score(y) + length_weight * |y| (words)
                + sum over rescorers r of r.weight * r's log P(...)
 
+the formula of the Python reranker, :func:`tfxformer.rerank.weighted_sum` and
+:func:`tfxformer.rerank.best_index` on tensors, non-finite scores counted as there (the
+score names are :data:`tfxformer.rerank.WEIGHTS`).
+
 Each :class:`Rescorer` is another model's translator and its `score` computation
 (:meth:`Translator.score_pairs`, with its own vocabulary): "channel" scores the source
 given the candidate (a model of the other direction), "forward" the candidate given the
@@ -18,14 +22,22 @@ TensorFlow op: it is reranking's Python side only (:mod:`tfxformer.rerank`).
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
+import tensorflow.experimental.numpy as tnp
 
-from tfxformer.decoding.common import NEG_INF
+from tfxformer import locate, pretrained
+from tfxformer.config import PRECISION_POLICIES
+from tfxformer.models.transformer import Transformer
+from tfxformer.rerank import GRAPH_WEIGHTS, WEIGHTS, best_index, role_weights, weighted_sum
+from tfxformer.serving.export import export_translator, with_source_options
+from tfxformer.serving.signatures import check_signatures
 from tfxformer.serving.translator import Translator
 
-__all__ = ["RerankingTranslator", "Rescorer"]
+__all__ = ["RerankingTranslator", "Rescorer", "choose"]
 
 DIRECTIONS = ("channel", "forward")
 
@@ -94,35 +106,51 @@ class RerankingTranslator(Translator):
                          self.max_input_tokens if max_input_tokens is None
                          else max_input_tokens, self.num_hypotheses, token_scores=False)
         translations, scores = out["translations"], out["scores"]  # (N, K)
-        best = tf.argmax(self.combined(text, translations, scores), axis=1,
-                         output_type=tf.int32)
+        best = tf.cast(choose(*self.features(text, translations, scores))[1], tf.int32)
         return {"translation": tf.gather(translations, best, batch_dims=1),
                 "score": tf.gather(scores, best, batch_dims=1),
                 "truncated": out["truncated"]}
 
-    def combined(self, text, translations, scores):
-        """(N, K) combined scores of the candidates `translations` ((N, K) strings, their
-        search `scores`); NEG_INF where the list has no candidate."""
+    def features(self, text, translations, scores):
+        """(features, weights, exists) of the candidates `translations` ((N, K) strings,
+        their search `scores`; a slot with no candidate has a non-finite score), as
+        :func:`choose` takes them: {name: (N, K) float32} of the weighted scores, their
+        weights, and False where the list has no candidate."""
         shape = tf.shape(translations)
+        exists = tf.math.is_finite(scores)
+        features = {"forward": tf.where(exists, scores, 0.0)}
+        weights = {"forward": self.forward_weight, "length": self.length_weight}
         flat = tf.reshape(translations, [-1])  # (N * K,)
-        sources = tf.reshape(tf.repeat(text, shape[1]), [-1])
-        total = self.forward_weight * tf.where(tf.math.is_finite(scores), scores, 0.0)
         if self.length_weight:
             words = tf.strings.split(flat).row_lengths()
-            total += self.length_weight * tf.reshape(tf.cast(words, tf.float32), shape)
-        for rescorer in self.rescorers:
+            features["length"] = tf.reshape(tf.cast(words, tf.float32), shape)
+        sources = tf.reshape(tf.repeat(text, shape[1]), [-1])
+        for i, rescorer in enumerate(self.rescorers):
             pair = (flat, sources) if rescorer.direction == "channel" else (sources, flat)
             out = rescorer.translator.score_pairs(*pair)
             value = out["mean_log_prob" if rescorer.mean else "log_prob"]
-            total += rescorer.weight * tf.reshape(value, shape)
-        return tf.where(tf.math.is_finite(scores), total, NEG_INF)
+            features[i], weights[i] = tf.reshape(value, shape), rescorer.weight
+        return features, weights, exists
+
+    def combined(self, text, translations, scores):
+        """(N, K) combined scores of the candidates (:meth:`features`); -inf where the
+        list has no candidate."""
+        return choose(*self.features(text, translations, scores))[0]
 
 
-# Weight names of a rescoring model by its role, (sum, per token); scripts/rerank.py's.
-ROLE_WEIGHTS = {"channel": ("channel", "channel_mean"),
-                "right_to_left": ("right_to_left", "right_to_left_mean"),
-                "forward_model": ("forward_model", "forward_model_mean")}
-OWN_WEIGHTS = ("forward", "length")
+def choose(features, weights, exists=None):
+    """(combined, best) of (N, K) candidate scores in the graph: `features` {name: (N, K)
+    float32 tensor}, `weights` {name: weight}; `exists` (N, K) bool, False for a slot
+    with no candidate. The Python reranker's :func:`tfxformer.rerank.combine` on tensors:
+    the same formula, the same rule for non-finite scores."""
+    combined = weighted_sum(features, weights, tnp)
+    if exists is not None:
+        combined = tf.where(exists, combined, -np.inf)
+    return combined, best_index(combined, tnp)
+
+
+# The list's own scores an export weighs (forward, length).
+OWN_WEIGHTS = tuple(name for name in GRAPH_WEIGHTS if WEIGHTS[name].role is None)
 
 
 def role_of(record, rescoring) -> str:
@@ -144,15 +172,15 @@ def role_of(record, rescoring) -> str:
 def check_weights(weights, roles) -> None:
     """Raises ValueError for a weight name no score of this export has, or a rescoring
     model without a weight (naming the accepted names)."""
-    accepted = set(OWN_WEIGHTS) | {name for role in roles for name in ROLE_WEIGHTS[role]}
+    accepted = set(OWN_WEIGHTS) | {name for role in roles for name in role_weights(role)}
     unknown = sorted(set(weights) - accepted)
     if unknown:
         raise ValueError(f"Rerank weights {unknown} name no score of these models; accepted: "
                          f"{sorted(accepted)}.")
     for role in roles:
-        if not any(weights.get(name) for name in ROLE_WEIGHTS[role]):
+        if not any(weights.get(name) for name in role_weights(role)):
             raise ValueError(f"The {role.replace('_', '-')} model has no weight: give "
-                             f"{' or '.join(ROLE_WEIGHTS[role])}.")
+                             f"{' or '.join(role_weights(role))}.")
     if len(set(roles)) < len(roles):
         raise ValueError(f"One rescoring model per role, got roles {roles}.")
 
@@ -171,7 +199,7 @@ def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypot
         model_path, rescoring_paths: trained models (SavedModels, run dirs, preset dirs:
             :func:`tfxformer.locate.resolve`); each keeps its own vocabulary.
         weights: {name: weight} over "forward" (the search's score), "length" (|y| in
-            words) and the rescoring models' (:data:`ROLE_WEIGHTS`: "channel",
+            words) and the rescoring models' (:data:`tfxformer.rerank.WEIGHTS`: "channel",
             "channel_mean", "right_to_left", ...); a name not given weighs 0.
         precision: "fp32" or "bf16", the compute type of every model.
         signatures: the signatures to export
@@ -183,21 +211,13 @@ def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypot
     The record (config.json) is the forward model's, with `rerank`: the weights, the
     number of candidates and each rescoring model's source, role and vocabulary.
     """
-    import hashlib
-
-    from tfxformer import locate, pretrained
-    from tfxformer.config import PRECISION_POLICIES
-    from tfxformer.models.transformer import Transformer
-    from tfxformer.serving.export import _source_name, _with_source_options, export_translator
-    from tfxformer.serving.signatures import check_signatures
-
     check_signatures(signatures)
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"precision {precision!r} not in ['bf16', 'fp32'].")
     dtype = {} if precision == "fp32" else {"dtype": PRECISION_POLICIES[precision]}
     source = locate.resolve(model_path)
     record = source.record()
-    options = _with_source_options(record, options)
+    options = with_source_options(record, options)
     sources = [locate.resolve(path) for path in rescoring_paths]
     roles = [role_of(record, s.record()) for s in sources]
     check_weights(weights, roles)
@@ -208,12 +228,12 @@ def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypot
             pretrained.load_model(Transformer, path, **dtype), rescoring.spm_bytes,
             max_batch_size=max_batch_size, max_input_tokens=scoring.max_length,
             max_output_tokens=scoring.max_length, reverse_target=scoring.reverse_target)
-        direction = "channel" if role == "channel" else "forward"
-        for name, mean in zip(ROLE_WEIGHTS[role], (False, True), strict=True):
+        for name in role_weights(role):
             if weights.get(name):
-                rescorers.append(Rescorer(translator, direction, mean, float(weights[name]),
-                                          name))
-        models.append({"source": _source_name(path), "role": role,
+                rescorers.append(Rescorer(translator, WEIGHTS[name].direction,
+                                          WEIGHTS[name].mean,
+                                          float(weights[name]), name))
+        models.append({"source": locate.source_name(path), "role": role,
                        "vocabulary_sha256": hashlib.sha256(rescoring.spm_bytes).hexdigest()})
     limits = {name: options.pop(name, None) or record.max_length
               for name in ("max_input_tokens", "max_output_tokens")}

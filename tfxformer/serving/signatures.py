@@ -7,22 +7,18 @@ translate signatures have their own loader (:func:`tfxformer.serving.load_transl
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import NamedTuple
 
 import tensorflow as tf
 
-from tfxformer import pretrained
 from tfxformer.config import DecodingOptions
 from tfxformer.locate import resolve
 from tfxformer.models.transformer import Transformer
-from tfxformer.rundir import RunRecord
-from tfxformer.sentencepiece_ops import load_sentencepiece_ops
 from tfxformer.serving.multilingual_translator import make_translator
 
-__all__ = ["SIGNATURES", "OpenedSignature", "check_signatures", "language_inputs",
-           "missing_signature", "open_signature"]
+__all__ = ["SIGNATURES", "OpenedSignature", "SignatureOpener", "check_signatures",
+           "language_inputs", "missing_signature", "open_signature"]
 
 _DEFAULTS = DecodingOptions()
 # The signatures an export may hold (scripts/export.py --signatures), in the order it saves
@@ -40,7 +36,7 @@ SIGNATURES = {
                        "largest graph)",
     "score": "log P(target | text) of given translations (scripts/score.py)",
 }
-# The forms open_signature takes (tfxformer.locate.KINDS).
+# The forms open_signature takes (tfxformer.locate.KINDS but CTranslate2's: no graph).
 KINDS = ("saved_model", "run_dir", "preset", "ensemble")
 
 
@@ -114,8 +110,8 @@ def open_signature(path, signature, batch_size=_DEFAULTS.batch_size,
             wrapped in a Translator with :class:`DecodingOptions`' limits and
             `batch_size` sentences per chunk).
         signature: the signature's name; a SavedModel must have it.
-        precision, checkpoint: a run dir's compute type (a preset dir's too) and
-            checkpoint prefix (a
+        precision, checkpoint: a run dir's compute type (a preset dir's too; "auto" as
+            :func:`tfxformer.serving.load_translate_fn`) and checkpoint prefix (a
             SavedModel computes as it was exported: any other value is an error).
 
     Raises:
@@ -125,42 +121,36 @@ def open_signature(path, signature, batch_size=_DEFAULTS.batch_size,
             :func:`missing_signature` names the command that re-exports it), or an option
             that does not apply.
     """
-    source = resolve(path, KINDS, "open_signature")
-    kind, resolved = source.kind, source.path
-    if kind in ("run_dir", "preset"):
-        model, record, spm_bytes = pretrained.load_source(Transformer, resolved, checkpoint,
-                                                          precision, "open_signature")
-        translator = make_translator(model, spm_bytes, record.target_languages,
-                                     max_batch_size=batch_size,
+    return resolve(path, KINDS, "open_signature").open(
+        SignatureOpener(signature, batch_size), precision, checkpoint)
+
+
+class SignatureOpener:
+    """What :func:`open_signature` makes of each form's contents
+    (:meth:`tfxformer.locate.Loader.open`): the :class:`OpenedSignature` of `signature`,
+    a run dir's or preset dir's model in a Translator of `batch_size` sentences per
+    chunk."""
+
+    model_class = Transformer
+
+    def __init__(self, signature: str, batch_size=_DEFAULTS.batch_size):
+        self.signature, self.batch_size = signature, batch_size
+
+    def from_model(self, loader, model) -> OpenedSignature:
+        record = loader.record()
+        translator = make_translator(model, loader.spm_bytes, record.target_languages,
+                                     max_batch_size=self.batch_size,
                                      reverse_target=record.reverse_target)
-        return OpenedSignature(getattr(translator, signature), translator, resolved, kind,
-                               record.target_languages, translator.options)
-    for name, value, default in (("precision", precision, "fp32"),
-                                 ("checkpoint", checkpoint, None)):
-        if value != default:
-            raise ValueError(f"`{name}` {value!r} applies to run dirs; {resolved!r} is "
-                             f"{source.what}, which computes as it was exported.")
-    load_sentencepiece_ops()
-    try:
-        loaded = tf.saved_model.load(resolved)
-    except (tf.errors.OpError, OSError, ValueError) as err:
-        raise ValueError(f"Could not load the SavedModel {resolved!r}: {err}") from None
-    record = _exported_record(loaded)
-    if signature not in loaded.signatures:
-        raise missing_signature(resolved, signature, loaded.signatures, record)
-    options = (record.decoding if record else None) or _DEFAULTS
-    languages = record.target_languages if record else ()
-    return OpenedSignature(loaded.signatures[signature], loaded, resolved, kind, languages,
-                           options)
+        return OpenedSignature(getattr(translator, self.signature), translator, loader.path,
+                               loader.kind, record.target_languages, translator.options)
 
-
-def _exported_record(loaded) -> RunRecord | None:
-    """The export's config.json asset as a :class:`RunRecord` (None without one)."""
-    asset = getattr(loaded, "config_asset", None)
-    if asset is None:
-        return None
-    with open(asset.asset_path.numpy().decode(), encoding="utf-8") as f:
-        return RunRecord.from_dict(json.load(f))
+    def from_saved_model(self, loader, loaded) -> OpenedSignature:
+        record = loader.record()
+        if self.signature not in loaded.signatures:
+            raise missing_signature(loader.path, self.signature, loaded.signatures, record)
+        return OpenedSignature(loaded.signatures[self.signature], loaded, loader.path,
+                               loader.kind, record.target_languages,
+                               record.decoding or _DEFAULTS)
 
 
 def language_inputs(opened: OpenedSignature, language, size) -> dict:
