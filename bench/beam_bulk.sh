@@ -25,7 +25,7 @@ watch_rss() {  # "pid rss_kib role" every second for process $1 and its descenda
 }
 
 peaks() {  # the peak RSS of each process in the samples file $1
-  awk '{ if ($2 > peak[$1]) peak[$1] = $2; role[$1] = $3 }
+  awk '{ if ($2 > peak[$1]) peak[$1] = $2; if (role[$1] != "Beam-worker") role[$1] = $3 }
        END { for (p in peak) printf "  %s (pid %s): peak RSS %.0f MiB\n", role[p], p, peak[p] / 1024 }' "$1"
 }
 
