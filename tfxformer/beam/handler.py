@@ -47,7 +47,7 @@ class TranslateHandler(ModelHandler):
 
     Args:
         model: any model of this package on a path the workers read (a local path;
-            :func:`tfxformer.beam.pipeline.stage_model` copies one on gs:// or hdfs://
+            :func:`tfxformer.beam.staging.stage_model` copies one on gs:// or hdfs://
             to the worker first).
         batch_size: sentences per translation call.
         max_batch_lines: the most lines Beam hands one inference call (default 16 batches);

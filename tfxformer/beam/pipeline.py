@@ -5,11 +5,12 @@ sharded keyed outputs, and the merge that puts them back in input order.
           --Format--> "file<TAB>line<TAB>translation" shards in OUTPUT.shards/part-*
           \\-> "file<TAB>line count" in OUTPUT.shards/counts-*
 
-Beam commits each bundle's outputs once: a bundle whose worker dies is run again and only
-the finished attempt's outputs are written. :func:`merge_shards` then checks that every
-line of every input file has exactly one translation before it writes OUTPUT, one line per
-input line, the files in the order :func:`match_inputs` gives; it holds the translations in
-memory (about the output's size).
+The shard files are written by the workers themselves (:class:`WriteShards`), each whole
+or not at all, so the lines of a pipeline that failed are kept: :func:`translate_files`
+runs it again for the rest. A bundle run twice writes its lines twice; :func:`merge_shards`
+keeps one translation per key, checks that every line of every input file has one, and
+writes OUTPUT, one line per input line, the files in the order :func:`match_inputs`
+gives; it holds the translations in memory (about the output's size).
 """
 
 from __future__ import annotations
@@ -255,7 +256,7 @@ def translate_files(model, inputs, output, pipeline_args=(), batch_size=None,
         model: any model of this package (SavedModel, export dir, ensemble, run dir, preset
             dir, CTranslate2 dir) on a path every worker reads.
         pipeline_args: Beam's pipeline options as command-line flags ("--runner",
-            "DataflowRunner", ...); none: the DirectRunner in this process.
+            "DataflowRunner", ...); none: the DirectRunner in one process.
         batch_size: sentences per translation call (default: DecodingOptions').
         max_batch_lines: the most lines of one inference call (default 16 batches).
         retries: runs after a failed one; the last failure is raised.
