@@ -12,7 +12,7 @@ beam = pytest.importorskip("apache_beam")
 
 from test_serving import load_script  # noqa: E402
 
-from tfxformer.beam import merge_shards, translate_files  # noqa: E402
+from tfxformer.beam import TranslateHandler, merge_shards, translate_files  # noqa: E402
 from tfxformer.beam.handler import KILL_ONCE_ENV  # noqa: E402
 from tfxformer.serving import load_translate_fn  # noqa: E402
 
@@ -64,9 +64,17 @@ def test_merge_keeps_one_line_per_key_and_refuses_lost_ones(tmp_path):
     assert not (tmp_path / "out2").exists()
 
 
-def test_no_match_names_the_pattern(tiny_export, tmp_path):
+def test_handler_batches_as_translate_py_reads_ahead_and_keeps_one_line_each():
+    handler = TranslateHandler("unused", batch_size=2)
+    assert handler.batch_elements_kwargs() == {"min_batch_size": 2, "max_batch_size": 32}
+    assert TranslateHandler("unused", 8, 4).batch_elements_kwargs()["max_batch_size"] == 4
+    results = handler.run_inference([b"a", b"b c"], lambda lines: ["x\ry", "one\ntwo"])
+    assert [(r.example, r.inference) for r in results] == [(b"a", "x y"), (b"b c", "one two")]
+
+
+def test_no_match_names_the_pattern(tmp_path):
     with pytest.raises(FileNotFoundError, match="nothing-here"):
-        translate_files(tiny_export, [str(tmp_path / "nothing-here*")], str(tmp_path / "o"))
+        translate_files("unused", [str(tmp_path / "nothing-here*")], str(tmp_path / "o"))
 
 
 def test_without_beam_the_import_says_how_to_install(monkeypatch):
