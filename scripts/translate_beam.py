@@ -36,7 +36,8 @@ def parse_args(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Any other flag is handed to Beam as a pipeline option, e.g. --runner "
                "DirectRunner --direct_num_workers 2 --direct_running_mode multi_processing; "
-               "--runner DataflowRunner --project P --region R --temp_location gs://...; "
+               "--runner DataflowRunner --project P --region R --temp_location gs://... "
+               "--setup_file ./setup.py; "
                "--runner FlinkRunner --flink_master HOST:PORT; --runner SparkRunner "
                "--spark_master_url spark://HOST:PORT; --environment_type LOOPBACK "
                "(docs/beam.md). python -m apache_beam.examples.wordcount --help lists "
