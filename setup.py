@@ -41,6 +41,12 @@ setup(
         # scripts/export.py --format ctranslate2 and translation with its directories
         # (tfxformer.serving.ctranslate2): OpenNMT's CPU runtime, 4.8.5 tested.
         "ctranslate2": ["ctranslate2>=4.8,<5"],
+        # tfxformer.beam, scripts/translate_beam.py (docs/beam.md): Apache Beam 2.78 takes
+        # TensorFlow < 2.22 and Python 3.11. It needs protobuf < 7, so it installs 6.33 where
+        # TensorFlow alone gets 7.x (both within TensorFlow's >= 6.31.1, < 8). Not in "test":
+        # the suite would then test the core package with another protobuf than users get
+        # (tests/test_beam.py runs where Beam is installed, skips elsewhere).
+        "beam": ["apache-beam==2.78.*"],
         # gRPC client of scripts/serving_client.py (the protos are installed anyway)
         "serving": ["tensorflow-serving-api==2.21.*"],
     },

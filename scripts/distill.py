@@ -21,6 +21,7 @@ finished chunks and translates the rest. What was done: OUT/distill.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -58,18 +59,7 @@ def build_parser():
     parser.add_argument("--keep-original", action="store_true",
                         help="also keep the original training pairs (data diversification "
                              "trains on the union)")
-    parser.add_argument("--beam-size", type=cli.int_at_least(1), metavar="N",
-                        help="beam size, 1 = greedy (default: a SavedModel's own, else "
-                             f"{defaults.beam_size})")
-    parser.add_argument("--alpha", type=cli.non_negative_float, metavar="A",
-                        help="length penalty exponent α in ((5 + |Y|) / 6)^α (default: a "
-                             f"SavedModel's own, else {defaults.alpha})")
-    parser.add_argument("--extra-length", type=cli.int_at_least(0), metavar="N",
-                        help="maximum output length = source tokens + N (default: a "
-                             f"SavedModel's own, else {defaults.extra_length})")
-    parser.add_argument("--batch-size", type=cli.int_at_least(1), default=defaults.batch_size,
-                        metavar="N", help="sentences per translation call (default: "
-                        "%(default)s)")
+    cli.add_search_flags(parser, defaults)
     parser.add_argument("--chunk-lines", type=cli.int_at_least(1), default=2000, metavar="N",
                         help="training pairs per chunk, sorted by length inside it; a kill "
                              "loses at most one chunk (default: %(default)s)")
@@ -79,6 +69,11 @@ def build_parser():
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
                         help="compute type of run-dir and preset-dir teachers; a SavedModel "
                              "computes as it was exported (default: %(default)s)")
+    parser.add_argument("--beam-pipeline", metavar="OPTIONS",
+                        help="translate through an Apache Beam pipeline with these pipeline "
+                             "options, e.g. \"--runner DirectRunner --direct_num_workers 2 "
+                             "--direct_running_mode multi_processing\" (docs/beam.md; needs "
+                             "pip install tfxformer[beam])")
     return parser
 
 
@@ -103,6 +98,11 @@ def make_teacher(path, reverse, args):
     from tfxformer.data.distill import Teacher, check_direction
     from tfxformer.serving import load_translate_fn  # any form
 
+    if args.beam_pipeline is not None:
+        from tfxformer.beam import load_translate_fn as beam_translate_fn
+
+        load_translate_fn = functools.partial(beam_translate_fn,
+                                              pipeline_args=args.beam_pipeline)
     source = _teacher(path, reverse)
     record = source.record()
     language = check_direction(path, record.src, record.tgt, record.target_languages,
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
         record = distill_folder(args.data, args.out, teachers, src=args.src, tgt=args.tgt,
                                 keep_original=args.keep_original,
                                 chunk_lines=args.chunk_lines, limit=args.limit)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, ImportError) as error:
         print(f"distill.py: error: {error}", file=sys.stderr)
         return 2
     for teacher in record["teachers"]:

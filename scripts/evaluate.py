@@ -15,6 +15,7 @@ keeps the translations.
 """
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -33,13 +34,19 @@ METRICS = ("multi30k", "tokenized")
 
 def load(model_path, checkpoint=None, precision="fp32", batch_size=None, greedy=False,
          beam_size=None, alpha=None, target_language=None, compute_type=None,
-         stopping=None, length_normalization=None):
+         stopping=None, length_normalization=None, pipeline=None):
     """Returns (path, {mode: translate(list[str]) -> list[str]}) for "beam" (and "greedy");
     beam_size/alpha None = the model's own (the export's, or the run's); batch_size None
     = DecodingOptions'; `target_language`: a multilingual model's; `compute_type`: a
     CTranslate2 model's; `stopping`, `length_normalization`: the beam rows' rules (a run
-    dir's; an export's are fixed when exported)."""
+    dir's; an export's are fixed when exported); `pipeline`: Beam pipeline options to
+    translate with (tfxformer.beam), None = in this process."""
     from tfxformer.serving import load_translate_fn  # any model dir
+
+    if pipeline is not None:
+        from tfxformer.beam import load_translate_fn as beam_translate_fn
+
+        load_translate_fn = functools.partial(beam_translate_fn, pipeline_args=pipeline)
 
     defaults = DecodingOptions()
     batch_size = defaults.batch_size if batch_size is None else batch_size
@@ -114,6 +121,11 @@ def _parser():
                         help="compute type for a CTranslate2 model directory: default (the "
                              "type its weights were exported in), int8, int8_float32, "
                              "float32, ... (default: default)")
+    parser.add_argument("--beam-pipeline", metavar="OPTIONS",
+                        help="translate through an Apache Beam pipeline with these pipeline "
+                             "options, e.g. \"--runner DirectRunner --direct_num_workers 2 "
+                             "--direct_running_mode multi_processing\" (docs/beam.md; needs "
+                             "pip install tfxformer[beam])")
     return parser
 
 
@@ -171,7 +183,8 @@ def main(argv=None) -> int:
         path, translators = load(args.model, args.checkpoint, args.precision,
                                  args.batch_size, args.greedy, args.beam_size, args.alpha,
                                  _target_language(args), args.compute_type,
-                                 args.stopping, args.length_normalization)
+                                 args.stopping, args.length_normalization,
+                                 args.beam_pipeline)
     except (OSError, ValueError, ImportError) as error:
         print(f"evaluate.py: error: {error}", file=sys.stderr)
         return 2

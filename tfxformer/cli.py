@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import math
 
-__all__ = ["float_in", "int_at_least", "named_weight", "non_negative_float"]
+__all__ = ["add_search_flags", "float_in", "int_at_least", "named_weight",
+           "non_negative_float"]
 
 
 def int_at_least(low):
@@ -66,3 +67,20 @@ def named_weight(names):
                                              f"{value}")
         return name, number
     return parse
+
+
+def add_search_flags(parser, defaults, own="a SavedModel's own"):
+    """Adds --beam-size, --alpha, --extra-length (None: `own`, else those of `defaults`, a
+    :class:`tfxformer.config.DecodingOptions`) and --batch-size to `parser`."""
+    parser.add_argument("--beam-size", type=int_at_least(1), metavar="N",
+                        help=f"beam size, 1 = greedy (default: {own}, else "
+                             f"{defaults.beam_size})")
+    parser.add_argument("--alpha", type=non_negative_float, metavar="A",
+                        help="length penalty exponent α in ((5 + |Y|) / 6)^α (default: "
+                             f"{own}, else {defaults.alpha})")
+    parser.add_argument("--extra-length", type=int_at_least(0), metavar="N",
+                        help=f"maximum output length = source tokens + N (default: {own}, "
+                             f"else {defaults.extra_length})")
+    parser.add_argument("--batch-size", type=int_at_least(1), default=defaults.batch_size,
+                        metavar="N", help="sentences per translation call (default: "
+                        "%(default)s)")
