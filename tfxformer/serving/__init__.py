@@ -14,7 +14,6 @@ from tfxformer.serving.export import (
     export_saved_model,
     export_translator,
     next_version,
-    shortlist_from_data,
 )
 from tfxformer.serving.loading import (
     TranslateFn,
@@ -29,6 +28,7 @@ from tfxformer.serving.multilingual_translator import MultilingualTranslator, ma
 from tfxformer.serving.nbest import Hypothesis, NBestFn
 from tfxformer.serving.sampling import SampleFn, load_sample_fn
 from tfxformer.serving.scoring import PairScore, ScoreFn, load_score_fn
+from tfxformer.serving.shortlist_data import shortlist_from_data
 from tfxformer.serving.text import sanitize_utf8
 from tfxformer.serving.translator import Translator
 

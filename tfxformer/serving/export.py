@@ -59,12 +59,12 @@ import tensorflow as tf
 from tfxformer import checks, locate, pretrained
 from tfxformer import precision as machine_precision
 from tfxformer.config import PRECISION_POLICIES
-from tfxformer.decoding.shortlist import build_shortlist_table
 from tfxformer.locate import saved_model_versions
 from tfxformer.models.transformer import Transformer
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 from tfxformer.serving.compiled import DEFAULT_MAX_BATCH
 from tfxformer.serving.multilingual_translator import make_translator
+from tfxformer.serving.shortlist_data import shortlist_for
 from tfxformer.serving.signatures import check_signatures
 from tfxformer.serving.warmup import (
     BATCHABLE_SIGNATURES,
@@ -84,7 +84,6 @@ def next_version(export_dir):
 
 
 _PRECISION_OF_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-_ENCODE_BATCH = 10_000  # lines SentencePiece encodes per call when building a shortlist
 
 
 # Training settings that name where a run was made (its run dir, export dir, dataset
@@ -246,87 +245,6 @@ def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra
                            reverse_target=record.reverse_target, xla_max_batch=xla_max_batch)
 
 
-def _id_pairs(sp, pairs, max_pairs):
-    """(source ids, target ids) of the text pairs, SentencePiece-encoded in batches."""
-    def encoded(batch):
-        sources, targets = sp.encode([s for s, _ in batch]), sp.encode([t for _, t in batch])
-        return zip(sources, targets, strict=True)
-
-    batch = []
-    for i, pair in enumerate(pairs):
-        if max_pairs is not None and i >= max_pairs:
-            break
-        batch.append(pair)
-        if len(batch) == _ENCODE_BATCH:
-            yield from encoded(batch)
-            batch = []
-    if batch:
-        yield from encoded(batch)
-
-
-def shortlist_from_data(spm_bytes, vocab_size, data, src="en", tgt="de",
-                        per_source=None, frequent=None, max_pairs=None, tfds_data_dir=None,
-                        progress=True):
-    """The shortlist table of the training pairs of `data` (:func:`build_shortlist_table`).
-
-    `data` is a text folder with train.SRC / train.TGT (the run config's `train.data`) or
-    "wmt14" (TFDS, prepared in `tfds_data_dir`); the pairs are encoded with the run's
-    SentencePiece model `spm_bytes` (no BOS/EOS). `max_pairs`: only the first pairs.
-    The table's info records `data`, `src`, `tgt` and `max_pairs`.
-
-    Raises:
-        FileNotFoundError: `data` is no such folder (nor "wmt14").
-        ValueError: bad sizes, or a vocabulary other than the model's.
-    """
-    import sentencepiece
-
-    from tfxformer.data.sources import load_corpus
-
-    checks.integer(max_pairs, "max_pairs", 1, allow_none=True)
-    sp = sentencepiece.SentencePieceProcessor(model_proto=spm_bytes)
-    if sp.get_piece_size() != vocab_size:
-        raise ValueError(f"The SentencePiece model has {sp.get_piece_size()} pieces, the "
-                         f"model's vocabulary {vocab_size}.")
-    split = load_corpus(data, src, tgt, data_dir=tfds_data_dir, download=False).train
-    total = split.num_examples if max_pairs is None or split.num_examples is None \
-        else min(max_pairs, split.num_examples)
-    sizes = {k: v for k, v in (("per_source", per_source), ("frequent", frequent))
-             if v is not None}
-    table = build_shortlist_table(_id_pairs(sp, split.pairs(), max_pairs), vocab_size,
-                                  progress=progress, total=total, **sizes)
-    table.info.update(data=os.fspath(data), src=src, tgt=tgt, max_pairs=max_pairs)
-    return table
-
-
-def _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data, max_pairs):
-    """The export's ShortlistTable for `shortlist` (K, N) or None, from the training data
-    of the :class:`RunRecord` unless `shortlist_data` names other data."""
-    if shortlist is None:
-        if shortlist_data is not None or max_pairs is not None:
-            raise ValueError("`shortlist_data` / `shortlist_max_pairs` need a `shortlist` "
-                             "(K, N).")
-        return None
-    try:
-        per_source, frequent = (int(v) for v in shortlist)
-    except (TypeError, ValueError):
-        raise ValueError(f"`shortlist` must be (K, N): target tokens per source token and "
-                         f"most frequent target tokens, got {shortlist!r}.") from None
-    data = shortlist_data or record.training_data()
-    if data is None:
-        raise ValueError("The config names no training data (`train.data`); give the data "
-                         "the shortlist table is built from (`shortlist_data`, "
-                         "--shortlist-data: a folder with train.SRC/train.TGT, or wmt14).")
-    try:
-        return shortlist_from_data(spm_bytes, model.model_config.vocab_size, data,
-                                   record.src, record.tgt, per_source, frequent, max_pairs,
-                                   record.train.get("tfds_data_dir"))
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"{err} (the shortlist's training data, from "
-                                f"{'--shortlist-data' if shortlist_data else 'the config'}; "
-                                "relative paths are relative to this directory: pass "
-                                "--shortlist-data)") from None
-
-
 def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_length=None,
                    max_batch_size=None, checkpoint=None, version=None, precision="fp32",
                    max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
@@ -357,7 +275,7 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
         max_batch_size=max_batch_size, max_input_tokens=max_input_tokens,
         max_output_tokens=max_output_tokens, stopping=stopping,
         length_normalization=length_normalization, xla_max_batch=xla_max_batch))
-    table = _shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
+    table = shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
     translator = _make_translator(model, record, spm_bytes, shortlist=table, **options)
     return export_translator(translator, export_dir, config=record, version=version,
@@ -466,7 +384,7 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
         length_normalization=length_normalization,
         max_batch_size=max_batch_size, max_input_tokens=max_input_tokens,
         max_output_tokens=max_output_tokens))
-    table = _shortlist_for(record, spm_bytes, models[0], shortlist, shortlist_data,
+    table = shortlist_for(record, spm_bytes, models[0], shortlist, shortlist_data,
                            shortlist_max_pairs)
     translator = _make_translator(models, record, spm_bytes, shortlist=table,
                                   xla_max_batch=xla_max_batch, **options)
