@@ -7,7 +7,6 @@ import os
 import pytest
 import tensorflow as tf
 from conftest import TINY_EXPORT_OPTIONS, TINY_EXPORT_POSITIONS
-from test_serving_cpp import program  # noqa: F401  (the C++ program, a fixture)
 
 from tfxformer.serving.compiled import CompiledSearch, buckets
 
@@ -114,13 +113,13 @@ def test_export_records_it_and_loads(xla_export):
 
 
 @pytest.mark.slow  # compiles and runs a C++ program
-def test_cpp_loader_runs_the_compiled_search(program, xla_export, tmp_path):  # noqa: F811
+def test_cpp_loader_runs_the_compiled_search(program, xla_export, tmp_path):
     """TF Serving's load-and-run path (tests/cpp, test_serving_cpp.py's program) replays
     the lone-sentence warm-up records through the XLA-compiled search and answers as the
     graph path does."""
     import subprocess
 
-    from test_serving_cpp import OP_LIBRARY
+    from support.serving_cpp import OP_LIBRARY
 
     from tfxformer.serving.warmup import read_warmup_records
 
