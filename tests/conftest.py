@@ -1,8 +1,21 @@
 """Shared test setup: quiet TensorFlow, 8 logical CPU devices for MirroredStrategy tests,
-the shared data folder, and the `slow` tier.
+the shared data folder, the `slow` tier, and the order of the files.
 
-Tests marked `slow` (`pytest.ini`) train, spawn processes, compile C++ or run an export script
-end to end; `pytest -m "not slow"` runs the rest, the inner loop of a change; CI runs everything.
+Tests marked `slow` (`pytest.ini`) train, compile C++, run an export script end to end or
+start processes that do; `pytest -m "not slow"` runs the rest, the inner loop of a change;
+CI runs everything (`bash scripts/test.sh`).
+
+The test processes run with switches that make them cheaper (support/environment.py's
+TEST_ENV: oneDNN off, the BFC allocator; Grappler off and the garbage collector run less
+often, below). Tests marked `user_env` start their processes as a user does, with none of
+them (support.environment.user_env): the documented commands (tests/test_docs_run.py),
+the export loaded without the package and through TF Serving's session and C++ loaders;
+in the fast tier, test_serving.py's tiny export in such a process.
+
+The files run longest first, by tests/durations.json (support/durations.py);
+`--record-durations` rewrites it from a run of the whole suite. Helpers the files share
+are in support/ (a test file never imports another); the fixtures several files use are
+in support/fixtures.py, registered here.
 
 What several files need is built once per session and shared, also by the pytest-xdist
 workers (`shared_build`): the tiny SentencePiece model (`spm_model`), an untrained tiny

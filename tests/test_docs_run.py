@@ -159,7 +159,7 @@ KNOWN_FAILURES = {}
 
 
 def case(page, tier):
-    marks = [pytest.mark.slow] if tier == "slow" else []
+    marks = [pytest.mark.slow, pytest.mark.user_env] if tier == "slow" else []
     if (page, tier) in KNOWN_FAILURES:
         marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[page, tier]))
     return pytest.param(page, tier, id=f"{page}-{tier}", marks=marks)

@@ -207,6 +207,7 @@ def _run_dir(model, spm_model, path):
 
 
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_ensemble_export_round_trip(members, spm_model, ensemble_translator, tmp_path,
                                     load_each_saved_model_once):
     """scripts/export.py --ensemble of a run dir and a preset dir → tf.saved_model.load →
@@ -244,8 +245,8 @@ def test_ensemble_export_round_trip(members, spm_model, ensemble_translator, tmp
     assert load_translate_fn(base)(TEXTS) == _strings(expected)
     # A process without tfxformer, and the session loader TF Serving uses, agree.
     inputs = json.dumps([base64.b64encode(t.encode()).decode() for t in TEXTS])
-    fresh = json.loads(run_checked([sys.executable, "-c", FRESH_PROCESS, version, "translation"],
-                            input=inputs.encode()).strip().splitlines()[-1])
+    fresh = json.loads(run_checked([sys.executable, "-c", FRESH_PROCESS, version,
+                                    "translation"], input=inputs.encode()).strip().splitlines()[-1])
     assert fresh["translation"] == fresh["session"] == _strings(expected)
     assert not fresh["tfxformer_loaded"] and not fresh["unknown"]
     assert len(loaded.model_variables) == sum(len(m.weights) for m in members)

@@ -12,6 +12,7 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 from conftest import TINY_EXPORT_OPTIONS, TINY_EXPORT_POSITIONS, tiny_export_translator
+from support.environment import CALLER_ENV, TEST_ENV
 from support.serving import (
     FRESH_PROCESS,
     ROBUST_INPUTS,
@@ -145,17 +146,39 @@ def test_export_layout_versions_and_assets(translator, export_dir, tmp_path):
 @pytest.fixture(scope="module")
 def fresh_process(export_dir):
     """Loads the export in a process that imports only tensorflow and tensorflow_text
-    (tensorflow-serving-api's protos for the warm-up records): every signature, the session
-    loader with the warm-up replay, and saved_model_cli; one process start for them all."""
+    (tensorflow-serving-api's protos for the warm-up records), started as a user starts one
+    (run_checked): every signature, the session loader with the warm-up replay, and
+    saved_model_cli; one process start for them all."""
     inputs = json.dumps([base64.b64encode(t).decode() for t in ROBUST_INPUTS])
     stdout = run_checked([sys.executable, "-c", FRESH_PROCESS, os.path.join(export_dir, "1"),
                    "signatures,replay,cli"], input=inputs.encode())
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.user_env
+def test_a_users_process_serves_what_tf_serving_runs_with_the_in_process_strings(
+        export_dir, translator):
+    """The export in a process started as a user starts one (user_env: TensorFlow's own
+    oneDNN and allocator settings, Grappler on), through the session loader TF Serving
+    uses (the graph Grappler optimizes), gives the strings and scores of the translator in
+    this process (Eigen, Grappler off). The fast tier's check of what serves (about 12 s
+    of CPU); the slow tier's fresh_process below runs every signature so."""
+    texts = [ROBUST_INPUTS[i] for i in (0, 1, 4, 9, 11, 19)]
+    inputs = json.dumps([base64.b64encode(t).decode() for t in texts])
+    stdout = run_checked([sys.executable, "-c", FRESH_PROCESS, os.path.join(export_dir, "1"),
+                          "session"], input=inputs.encode())
+    fresh = json.loads(stdout.strip().splitlines()[-1])
+    assert fresh["environment"] == {name: CALLER_ENV[name] for name in TEST_ENV}
+    assert not fresh["grappler_off"] and not fresh["tfxformer_loaded"]
+    expected = translator(tf.constant(texts))
+    assert fresh["session"] == _strings(expected)
+    np.testing.assert_allclose(fresh["session_score"], expected["score"], rtol=1e-5)
+
+
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_fresh_process_gives_the_in_process_strings(fresh_process, translator):
-    assert not fresh_process["tfxformer_loaded"]
+    assert not fresh_process["tfxformer_loaded"] and not fresh_process["grappler_off"]
     expected = translator(tf.constant(ROBUST_INPUTS))
     assert fresh_process["translation"] == _strings(expected)
     assert fresh_process["session"] == _strings(expected)  # session loader, as TF Serving
@@ -175,6 +198,7 @@ def test_fresh_process_gives_the_in_process_strings(fresh_process, translator):
 
 
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_graph_uses_only_core_and_tensorflow_text_ops(fresh_process):
     assert fresh_process["unknown"] == []
     assert {"SentencepieceOp", "SentencepieceTokenizeOp"} <= set(fresh_process["text"])
@@ -183,6 +207,7 @@ def test_graph_uses_only_core_and_tensorflow_text_ops(fresh_process):
 
 
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_saved_model_cli_show_and_run(fresh_process):
     """`saved_model_cli show` and `run` (the console script's main, run in the fresh
     process after tensorflow_text registered its ops, as docs/serving.md says)."""
@@ -352,6 +377,7 @@ def test_batching_parameters_example(export_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_warmup_records_replay_in_a_fresh_process(fresh_process):
     """The warm-up records through the session loader (as TF Serving replays them)."""
     from tfxformer.serving.warmup import BATCHABLE_SIGNATURES, LONG_TEXT, SHORT_TEXT

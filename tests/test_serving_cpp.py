@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import tiny_export_translator
+from support.environment import user_env
 from support.serving import ROBUST_INPUTS
 from support.serving_cpp import OP_LIBRARY
 
@@ -21,7 +22,8 @@ from tfxformer.serving.warmup import (
     signature_inputs,
 )
 
-pytestmark = pytest.mark.slow  # compiles and runs a C++ program
+# compiles and runs a C++ program, in the environment a user has
+pytestmark = [pytest.mark.slow, pytest.mark.user_env]
 
 @pytest.fixture(scope="module")
 def export(tiny_export, spm_model):
@@ -65,7 +67,7 @@ def test_cpp_load_and_run_equals_tf_saved_model_load(program, export, tmp_path):
     warmup = os.path.join(version, "assets.extra", "tf_serving_warmup_requests")
     result = subprocess.run([program, OP_LIBRARY, version, output, warmup, batch],
                             capture_output=True, timeout=300,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                            env=user_env(TF_CPP_MIN_LOG_LEVEL="3"))
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
     requests = read_warmup_records(warmup) + read_warmup_records(batch)
     assert f"ran {len(requests)} requests" in result.stdout.decode()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
+from support.environment import user_env
 from support.serving import FRESH_PROCESS, load_script
 
 from tfxformer import Transformer
@@ -321,6 +322,7 @@ def test_export_holds_the_table_apart_from_the_model_variables(shortlist_export,
 
 
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_exported_shortlist_runs_in_a_fresh_tensorflow_process(shortlist_export, translators):
     """Only core and tensorflow-text ops; the session loader (as TF Serving) gives the
     in-process strings."""
@@ -329,7 +331,7 @@ def test_exported_shortlist_runs_in_a_fresh_tensorflow_process(shortlist_export,
 
     result = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, shortlist_export, "translation"], capture_output=True,
-        timeout=240, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=240, env=user_env(TF_CPP_MIN_LOG_LEVEL="3"),
         input=json.dumps([base64.b64encode(t).decode() for t in texts]).encode())
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
     fresh = json.loads(result.stdout.decode().strip().splitlines()[-1])

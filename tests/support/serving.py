@@ -14,7 +14,7 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
-from support.environment import SHARED_DATA
+from support.environment import SHARED_DATA, user_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROBUST_INPUTS = [
@@ -71,7 +71,8 @@ FRESH_PROCESS = textwrap.dedent("""
     from tensorflow.python.framework import op_def_registry
 
     # argv: the version dir, then the checks ("signatures": every signature, the default;
-    # "translation": serving_default alone; "replay": the warm-up records through the
+    # "translation": serving_default alone; "session": serving_default through the session
+    # alone, without tf.saved_model.load; "replay": the warm-up records through the
     # session; "cli": saved_model_cli show and run), comma-separated
     path, inputs = sys.argv[1], [base64.b64decode(t) for t in json.load(sys.stdin)]
     checks = set((sys.argv[2] if len(sys.argv) > 2 else "signatures").split(","))
@@ -86,13 +87,13 @@ FRESH_PROCESS = textwrap.dedent("""
     import tensorflow_text  # noqa: registers its ops
     text = {op for op in ops - core if op_def_registry.get(op) is not None}
 
-    model = tf.saved_model.load(path)
-    out = model.signatures["serving_default"](text=tf.constant(inputs))
-    result = {
-        "core": sorted(core), "text": sorted(text), "unknown": sorted(ops - core - text),
-        "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
-        "score": out["score"].numpy().tolist(),
-        "truncated": out["truncated"].numpy().tolist()}
+    result = {"core": sorted(core), "text": sorted(text), "unknown": sorted(ops - core - text)}
+    if checks != {"session"}:
+        model = tf.saved_model.load(path)
+        out = model.signatures["serving_default"](text=tf.constant(inputs))
+        result.update(translation=[t.decode("utf-8") for t in out["translation"].numpy()],
+                      score=out["score"].numpy().tolist(),
+                      truncated=out["truncated"].numpy().tolist())
     if "signatures" in checks:
         options = model.signatures["translate_with_options"](
             text=tf.constant(inputs), beam_size=tf.constant(1), alpha=tf.constant(0.0),
@@ -112,19 +113,16 @@ FRESH_PROCESS = textwrap.dedent("""
             per_example=[t.decode("utf-8") for t in per_example["translation"].numpy()],
             scored=scored["log_prob"].numpy().tolist(),
             sampled=[t.decode("utf-8") for t in sampled["translation"].numpy()])
-    # The session loader, as TF Serving loads, with Grappler off from here on as in the test
-    # processes (the sessions below and saved_model_cli's take this process's options;
-    # TFXFORMER_TEST_GRAPPLER=1 keeps it on): the signatures above ran with it, and the C++
-    # loader test (test_serving_cpp.py) runs every batchable signature through a session
-    # with it, as TF Serving does.
-    if os.environ.get("TFXFORMER_TEST_GRAPPLER") != "1":
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    # The session loader, as TF Serving loads: the graph Grappler optimizes, as this process
+    # runs it (a user's: run_checked starts it with user_env()).
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
         signature = meta.signature_def["serving_default"]
-        fetched = session.run(signature.outputs["translation"].name,
-                              {signature.inputs["text"].name: inputs})
+        fetched, scores = session.run([signature.outputs["translation"].name,
+                                       signature.outputs["score"].name],
+                                      {signature.inputs["text"].name: inputs})
         result["session"] = [t.decode("utf-8") for t in fetched]
+        result["session_score"] = scores.tolist()
         if "signatures" in checks:
             signature = meta.signature_def["score"]
             result["session_scored"] = session.run(signature.outputs["log_prob"].name, {
@@ -170,6 +168,11 @@ FRESH_PROCESS = textwrap.dedent("""
                 except SystemExit as exit_:
                     assert not exit_.code, (command, exit_.code)
             result["cli_" + command[0]] = shown.getvalue()
+    # what the process ran with: TF_* as its caller set them, Grappler as configured
+    result["environment"] = {k: os.environ.get(k) for k in ("TF_ENABLE_ONEDNN_OPTS",
+                                                            "TF_CPU_ALLOCATOR_USE_BFC")}
+    result["grappler_off"] = tf.config.optimizer.get_experimental_options().get(
+        "disable_meta_optimizer", False)
     result["tfxformer_loaded"] = any(m.startswith("tfxformer") for m in sys.modules
                                      if sys.modules[m] is not None)
     print(json.dumps(result))
@@ -177,8 +180,11 @@ FRESH_PROCESS = textwrap.dedent("""
 
 
 def run_checked(args, **kwargs):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run(args, capture_output=True, env=env, timeout=240, **kwargs)
+    """Runs `args` as a user's process (user_env: none of the test processes' switches); it
+    must exit with 0; its standard output, decoded."""
+    env = user_env(TF_CPP_MIN_LOG_LEVEL="3")
+    # against hangs only: on a loaded machine a process of 15 s of CPU took 4 minutes
+    result = subprocess.run(args, capture_output=True, env=env, timeout=900, **kwargs)
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
     return result.stdout.decode("utf-8")
 
