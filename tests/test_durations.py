@@ -65,7 +65,7 @@ def test_a_run_is_recorded_as_each_files_wall_seconds(tmp_path):
 def test_a_selection_is_not_recorded(tmp_path):
     def config(args, markexpr="", keyword=""):
         option = types.SimpleNamespace(markexpr=markexpr, keyword=keyword, lf=False,
-                                       deselect=[])
+                                       deselect=[], collectonly=False)
         return types.SimpleNamespace(option=option, args=args)
 
     tests = str(tmp_path)

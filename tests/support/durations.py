@@ -9,8 +9,8 @@ started early it cannot hold up the end of the run), last when it has none. File
 rank keep pytest's order.
 
 `bash scripts/test.sh --record-durations` rewrites tests/durations.json from a run of the
-whole suite (no -m, -k, --lf, --deselect or test ids: the figures of one run are compared
-with each other, and the load of the machine changes from run to run).
+whole suite (no -m, -k, --lf, --deselect, --collect-only or test ids: the figures of one
+run are compared with each other, and the load of the machine changes from run to run).
 """
 
 import datetime
@@ -54,15 +54,16 @@ def order_items(items, weights):
 
 
 def check_recordable(config, tests_dir):
-    """pytest.UsageError unless this run selects the whole suite."""
+    """pytest.UsageError unless this run runs the whole suite."""
     option = config.option
     partial = [flag for flag, value in (("-m", option.markexpr), ("-k", option.keyword),
-                                        ("--lf", option.lf), ("--deselect", option.deselect))
+                                        ("--lf", option.lf), ("--deselect", option.deselect),
+                                        ("--collect-only", option.collectonly))
                if value]
     partial += [arg for arg in config.args if "::" in arg]
     if partial or os.path.realpath(tests_dir) not in {os.path.realpath(a) for a in config.args}:
         raise pytest.UsageError(
-            f"--record-durations records a run of the whole suite (`pytest {tests_dir}`), not "
+            "--record-durations records a run of the whole suite (`pytest tests`), not "
             f"a selection ({', '.join(partial) or ' '.join(config.args)}): every file's "
             "figure must come from the same run")
 
