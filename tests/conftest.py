@@ -8,8 +8,9 @@ CI runs everything (`bash scripts/test.sh`).
 The test processes run with switches that make them cheaper (support/environment.py's
 TEST_ENV: oneDNN off, the BFC allocator; Grappler off and the garbage collector run less
 often, below). Tests marked `user_env` start their processes as a user does, with none of
-them (support.environment.user_env): the documented commands (tests/test_docs_run.py),
-the export loaded without the package and through TF Serving's session and C++ loaders;
+them (support.environment.user_env): the documented commands (tests/test_docs_run.py:
+new interpreters when the slow tier runs, DOCS_TEST_FORK=0/1 to choose), the export
+loaded without the package and through TF Serving's session and C++ loaders;
 in the fast tier, test_serving.py's tiny export in such a process.
 
 The files run longest first, by tests/durations.json (support/durations.py);
