@@ -406,6 +406,7 @@ def test_warmup_records_replay_in_a_fresh_process(fresh_process):
         assert (record["translation"][-1] == "") == (size > 1)  # a blank input in the batch
 
 
+@pytest.mark.slow  # a whole export: 11 s of CPU, among the fast tier's heaviest
 def test_the_asset_record_keeps_no_path_of_the_training_machine(translator, tmp_path):
     """An export travels: its config.json has no run or export dir, and an absolute data
     folder is cut to its name (a relative one is kept as given)."""
