@@ -85,10 +85,10 @@ a forked process that loads one and translates ~6 s, the README's tiny training 
 even at 2 steps (tracing the step and the translator). The whole file, all pages, is about
 10.6 CPU-minutes of steps with forks (each case prints its steps' wall and CPU seconds with
 `-s`), the largest file of the suite (bench/README.md, "Test suite"); as new interpreters,
-as the slow tier runs them, a command costs about 3.5 s of CPU more (2026-12-07, the first
-24 commands: 414 s against 331), the whole about 1.3 times as much: a new page's commands
-should share an export another page makes (the same command runs once) rather than make
-their own.
+as the slow tier runs them, a command costs about 3.4 s of CPU more (2026-12-07, 55 steps
+run both ways: 712 s against 524), the whole about 1.35 times as much: a new page's
+commands should share an export another page makes (the same command runs once) rather
+than make their own.
 """
 
 import concurrent.futures
