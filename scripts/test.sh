@@ -10,7 +10,10 @@ ruff check .
 # shared build, a file lock; three keep both cores busy); a file's tests stay in one
 # worker (module fixtures are built once).
 # The trained run dir, exports and references that several files use are built once per
-# session and shared by the workers; the longest files start first (tests/conftest.py's
-# order: --no-loadscope-reorder keeps pytest-xdist from ordering files by test count).
+# session and shared by the workers; the longest files start first (by tests/durations.json,
+# which `bash scripts/test.sh --record-durations` rewrites from this run: --no-loadscope-reorder
+# keeps pytest-xdist from ordering files by test count).
+# The test processes run TensorFlow with cheaper settings (tests/conftest.py); the tests
+# marked user_env, documented commands among them, start their processes as users do.
 # The 20 slowest tests are listed at the end: what to look at when the suite grows.
 python -m pytest -q -p no:warnings -n 3 --dist loadfile --no-loadscope-reorder --durations=20 tests "$@"

@@ -1,8 +1,22 @@
 """Shared test setup: quiet TensorFlow, 8 logical CPU devices for MirroredStrategy tests,
-the shared data folder, and the `slow` tier.
+the shared data folder, the `slow` tier, and the order of the files.
 
-Tests marked `slow` (`pytest.ini`) train, spawn processes, compile C++ or run an export script
-end to end; `pytest -m "not slow"` runs the rest, the inner loop of a change; CI runs everything.
+Tests marked `slow` (`pytest.ini`) train, compile C++, run an export script end to end or
+start processes that do; `pytest -m "not slow"` runs the rest, the inner loop of a change;
+CI runs everything (`bash scripts/test.sh`).
+
+The test processes run with switches that make them cheaper (support/environment.py's
+TEST_ENV: oneDNN off, the BFC allocator; Grappler off and the garbage collector run less
+often, below). Tests marked `user_env` start their processes as a user does, with none of
+them (support.environment.user_env): the documented commands (tests/test_docs_run.py:
+new interpreters when the slow tier runs, DOCS_TEST_FORK=0/1 to choose), the export
+loaded without the package and through TF Serving's session and C++ loaders;
+in the fast tier, test_serving.py's tiny export in such a process.
+
+The files run longest first, by tests/durations.json (support/durations.py);
+`--record-durations` rewrites it from a run of the whole suite. Helpers the files share
+are in support/ (a test file never imports another); the fixtures several files use are
+in support/fixtures.py, registered here.
 
 What several files need is built once per session and shared, also by the pytest-xdist
 workers (`shared_build`): the tiny SentencePiece model (`spm_model`), an untrained tiny
@@ -19,23 +33,19 @@ import shutil
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# oneDNN off in the test processes and the processes they start (TensorFlow runs Eigen, as
-# on CPUs without AVX-512): its layout pass and primitive creation cost CPU on every new
-# function and shape, which a test runs a few times (two test files took 71-81 s of CPU
-# instead of 87-89 with it; bench/README.md, "Test suite"), and it changes results only
-# within float rounding. The documented commands run with the machine's own setting, as
-# users do (tests/test_docs_run.py); TF_ENABLE_ONEDNN_OPTS set by the caller is kept.
-# Eigen's CPU allocator keeps no statistics unless it is the BFC one (test_train_memory.py
-# reads them).
-TEST_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPU_ALLOCATOR_USE_BFC": "true"}
-CALLER_ENV = {name: os.environ.get(name) for name in TEST_ENV}  # None: TensorFlow's default
-for _name, _value in TEST_ENV.items():
-    os.environ.setdefault(_name, _value)
+# The test processes' switches (support/environment.py says why), set before TensorFlow is
+# imported; the processes that check what users run get user_env() instead.
+from support.environment import MISSING_DATA, SHARED_DATA, set_test_env  # noqa: E402
 
+set_test_env()
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from docs_fork import collect_less_often, grappler_off  # noqa: E402
 from filelock import FileLock  # noqa: E402
+from support import durations  # noqa: E402
+
+# The fixtures several files use (a test names them; support/fixtures.py).
+pytest_plugins = ("support.fixtures",)
 
 # The paper trained on 8 GPUs; tests split the CPU into 8 logical devices instead. This must
 # happen before TensorFlow initialises its devices, i.e. before any op runs.
@@ -64,14 +74,6 @@ def grappler_on():
         yield
     finally:
         grappler_off()
-
-
-# Multi30k and newstest2014 for the data, training and shipped-model tests: `../shared/data`
-# beside the repository, or the folder that TFXFORMER_SHARED_DATA names.
-SHARED_DATA = os.environ.get("TFXFORMER_SHARED_DATA") or os.path.abspath(
-    os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-MISSING_DATA = (f"test data folder {SHARED_DATA!r} not found: set TFXFORMER_SHARED_DATA to "
-                "the folder that holds multi30k/ (and wmt14/)")
 
 
 def shared_data(*parts):
@@ -136,9 +138,10 @@ def shared_build(tmp_path_factory, name, build):
 
 @pytest.fixture(scope="session")
 def spm_model(tmp_path_factory):
-    """test_serving.train_sentencepiece()'s tiny BPE model (vocabulary 320), trained once."""
+    """support.serving.train_sentencepiece()'s tiny BPE model (vocabulary 320), trained
+    once."""
     def build(folder):
-        from test_serving import train_sentencepiece
+        from support.serving import train_sentencepiece
 
         (folder / "spm.model").write_bytes(train_sentencepiece())
 
@@ -179,13 +182,13 @@ def tiny_export_translator(version, spm_model):
 
 def _reference_run(folder, steps, export=False, **flags):
     """Trains scripts/train_wmt.py's tiny deterministic run of `steps` updates (a log line
-    and loss scalar every update) on test_reliability.tiny_corpus in `folder` (and exports
+    and loss scalar every update) on support.reliability.tiny_corpus in `folder` (and exports
     it to folder/export with `export`); writes reference.json: {"final": the script's last
     JSON line, "losses": [loss of update 1..]}."""
     import importlib.util
     import io
 
-    from test_reliability import ROOT, script_args, tiny_corpus, train_wmt
+    from support.reliability import ROOT, script_args, tiny_corpus, train_wmt
 
     corpus = tiny_corpus(folder / "data")
     out = io.StringIO()
@@ -215,12 +218,13 @@ def _reference(tmp_path_factory, name, steps, **flags):
 
 @pytest.fixture(scope="session")
 def one_replica_reference(tmp_path_factory):
-    """One small trained run dir and its export, trained once: test_reliability.script_args's
-    tiny run, deterministic, 30 updates on one replica, every checkpoint (ckpt-2 ...
-    ckpt-30) kept, the last 2 averaged (averaged/ckpt-30), exported by the script. The
-    uninterrupted run of the kill and token-cache tests, the source of test_pretrained.py.
-    Read-only: copy the run dir to change it. {"corpus", "run", "export", "final": the
-    last JSON line (the loss of update 30), "losses": [loss of update 1..30] (float32)}."""
+    """One small trained run dir and its export, trained once: the tiny run of
+    support.reliability.script_args, deterministic, 30 updates on one replica, every
+    checkpoint (ckpt-2 ... ckpt-30) kept, the last 2 averaged (averaged/ckpt-30), exported
+    by the script. The uninterrupted run of the kill and token-cache tests, the source of
+    test_pretrained.py. Read-only: copy the run dir to change it. {"corpus", "run",
+    "export", "final": the last JSON line (the loss of update 30), "losses": [loss of
+    update 1..30] (float32)}."""
     return _reference(tmp_path_factory, "one_replica_reference", 30, keep_checkpoints=15,
                       average_last=2, export=True)
 
@@ -232,26 +236,6 @@ def one_worker_reference(tmp_path_factory):
     call."""
     return _reference(tmp_path_factory, "one_worker_reference", 8, cpu_devices=2,
                       steps_per_loop=1)
-
-
-# The longest files first (by wall time in a run of scripts/test.sh; TFXFORMER_TEST_CPU_LOG
-# below logs each test's start and end), so that `pytest -n 3 --dist loadfile
-# --no-loadscope-reorder` (scripts/test.sh; without that flag pytest-xdist orders files by
-# their number of tests instead) does not start one of them last while the other workers
-# idle. The first users of the shared builds above come early (test_model_forms.py builds
-# one_replica_reference, test_serving.py tiny_export); the files not named here (each under
-# 20 s) follow in their usual order.
-LONGEST_FIRST = (
-    "test_docs_run.py", "test_model_forms.py", "test_reliability.py", "test_serving.py",
-    "test_shipped_model.py", "test_training.py", "test_shortlist.py", "test_trainer.py",
-    "test_pretrained.py", "test_token_cache.py", "test_multiworker.py", "test_ensemble.py",
-    "test_transformer.py", "test_serving_run_dir.py", "test_reliability_kill.py",
-    "test_train_memory.py", "test_steering.py", "test_decoding.py", "test_multilingual.py",
-    "test_compiled_search.py", "test_token_log_probs.py", "test_serving_reranking.py",
-    "test_prefill.py", "test_serving_signatures.py", "test_constraints.py",
-    "test_reliability_serving.py", "test_serving_cpp.py", "test_layers.py",
-    "test_registration.py", "test_export_signatures.py", "test_search_step.py",
-)
 
 
 # TFXFORMER_TEST_CPU_LOG=FILE: each test's CPU seconds (this process and the processes it
@@ -278,6 +262,18 @@ def pytest_runtest_protocol(item, nextitem):
                     f"{time.time():.1f}\t{worker}\n")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", action="store_true",
+                     help="write each test file's wall seconds in this run (the whole suite) "
+                          "to tests/durations.json, the order of the next runs' files")
+
+
+def pytest_configure(config):
+    if config.getoption("record_durations") and not hasattr(config, "workerinput"):
+        durations.check_recordable(config, os.path.dirname(os.path.abspath(__file__)))
+        config.pluginmanager.register(durations.Recorder(), "tfxformer-durations")
+
+
 def pytest_collection_modifyitems(config, items):
-    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files whole
+    # The longest files first, by tests/durations.json (support/durations.py says how).
+    durations.order_items(items, durations.load())

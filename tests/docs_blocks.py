@@ -525,8 +525,9 @@ def main(plan_path, result_path):
 def run_steps(plan, result_path):
     import time
 
-    if any(step["kind"] == "python" and re.search(r"\b(tfxformer|tensorflow)\b", step["code"])
-           for step in plan["steps"]):
+    if plan.get("grappler_off") and any(
+            step["kind"] == "python" and re.search(r"\b(tfxformer|tensorflow)\b", step["code"])
+            for step in plan["steps"]):
         from docs_fork import grappler_off
 
         grappler_off()  # the blocks' functions run without it, as the forked commands

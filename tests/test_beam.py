@@ -10,7 +10,7 @@ import pytest
 
 beam = pytest.importorskip("apache_beam")
 
-from test_serving import load_script  # noqa: E402
+from support.serving import load_script  # noqa: E402
 
 from tfxformer.beam import TranslateHandler, merge_shards, translate_files  # noqa: E402
 from tfxformer.beam.handler import KILL_ONCE_ENV  # noqa: E402

@@ -6,7 +6,7 @@ import os
 import pytest
 import sacrebleu
 from conftest import SHARED_DATA
-from test_serving import load_script
+from support.serving import load_script
 
 from tfxformer.bleu import (
     compound_split_bleu,

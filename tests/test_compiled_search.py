@@ -7,7 +7,6 @@ import os
 import pytest
 import tensorflow as tf
 from conftest import TINY_EXPORT_OPTIONS, TINY_EXPORT_POSITIONS
-from test_serving_cpp import program  # noqa: F401  (the C++ program, a fixture)
 
 from tfxformer.serving.compiled import CompiledSearch, buckets
 
@@ -114,13 +113,15 @@ def test_export_records_it_and_loads(xla_export):
 
 
 @pytest.mark.slow  # compiles and runs a C++ program
-def test_cpp_loader_runs_the_compiled_search(program, xla_export, tmp_path):  # noqa: F811
+@pytest.mark.user_env
+def test_cpp_loader_runs_the_compiled_search(program, xla_export, tmp_path):
     """TF Serving's load-and-run path (tests/cpp, test_serving_cpp.py's program) replays
     the lone-sentence warm-up records through the XLA-compiled search and answers as the
     graph path does."""
     import subprocess
 
-    from test_serving_cpp import OP_LIBRARY
+    from support.environment import user_env
+    from support.serving_cpp import OP_LIBRARY
 
     from tfxformer.serving.warmup import read_warmup_records
 
@@ -134,7 +135,7 @@ def test_cpp_loader_runs_the_compiled_search(program, xla_export, tmp_path):  # 
             writer.write(log.SerializeToString())
     output = str(tmp_path / "out.tfrecord")
     result = subprocess.run([program, OP_LIBRARY, version, output, warmup], capture_output=True,
-                            timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                            timeout=600, env=user_env(TF_CPP_MIN_LOG_LEVEL="3"))
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
     records = [r.numpy() for r in tf.data.TFRecordDataset(output)]  # name, tensor, ...
     translations = []

@@ -5,8 +5,7 @@ constrained beam search with dynamic beam allocation, in process, in the exporte
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_serving import saved_models_loaded_once
-from test_shortlist import spm_table  # noqa: F401  (the fixture: a shortlist of spm_model)
+from support.serving import saved_models_loaded_once
 
 from tfxformer.decoding import EOS_ID, DecodeStart, beam_search, greedy_decode
 from tfxformer.decoding.adapter import output_limits
@@ -222,13 +221,13 @@ def test_an_export_without_the_input_refuses_constraints_only():
 
 @pytest.mark.slow  # traces the n-best graph
 def test_a_right_to_left_model_with_a_shortlist_holds_each_phrase(tiny_export, spm_model,
-                                                                   spm_table):  # noqa: F811
+                                                                   spm_table):
     """A right-to-left model writes the pieces last first: its phrases are reversed, so
     the output, put back in reading order, holds each phrase; a vocabulary shortlist takes
     the phrases' pieces in, those it would leave out too."""
     import sentencepiece as spm
     from conftest import TINY_EXPORT_OPTIONS
-    from test_steering import nbest_inputs
+    from support.steering import nbest_inputs
 
     from tfxformer import Transformer
     from tfxformer.decoding.shortlist import shortlist_ids
@@ -262,7 +261,7 @@ def test_a_line_checks_its_phrases():
 @pytest.mark.slow
 def test_translate_script_takes_a_constraints_file(tiny_export, spm_model, tmp_path):
     import sentencepiece as spm
-    from test_serving import load_script, run_script
+    from support.serving import load_script, run_script
 
     processor = spm.SentencePieceProcessor(model_proto=spm_model)
     sources = ["A dog runs in the park.", "Two men talk.", "A woman sings."]
@@ -316,13 +315,13 @@ def test_an_ensemble_takes_constraints():
 
 
 def test_translate_script_says_ctranslate2_has_no_constraints(tmp_path, capsys):
-    from test_ctranslate2 import _fake_ct2_dir
-    from test_serving import load_script
+    from support.ctranslate2 import fake_ct2_dir
+    from support.serving import load_script
 
     terms = tmp_path / "terms"
     terms.write_text("Hund\n")
     with pytest.raises(SystemExit) as exit_:
-        load_script("translate").main(["--model", _fake_ct2_dir(tmp_path / "ct2"),
+        load_script("translate").main(["--model", fake_ct2_dir(tmp_path / "ct2"),
                                        "--constraints-file", str(terms)])
     assert exit_.value.code == 2
     assert "CTranslate2 has no terminology constraints" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import shared_data
+from support.ctranslate2 import fake_ct2_dir
 
 from tfxformer import pretrained
 from tfxformer.config import DecodingOptions
@@ -88,22 +89,10 @@ def test_beta_grows_the_penalty_as_gnmt_at_the_batch_length():
     assert beta * (np.log(n + 0.5) - np.log(n - 0.5)) == pytest.approx(gnmt, rel=1e-3)
 
 
-def _fake_ct2_dir(path, marker=True, version=ct2.FORMAT_VERSION, **decoding):
-    os.makedirs(path, exist_ok=True)
-    for name in ("model.bin", "config.json"):
-        open(os.path.join(path, name), "w").close()
-    if marker:
-        record = {"format": ct2.FORMAT, "format_version": version,
-                  "decoding": DecodingOptions(**decoding).to_dict()}
-        with open(os.path.join(path, ct2.MARKER_FILENAME), "w") as f:
-            json.dump(record, f)
-    return str(path)
-
-
 def test_directories_are_told_apart(tmp_path):
-    ours = _fake_ct2_dir(tmp_path / "ours")
-    foreign = _fake_ct2_dir(tmp_path / "foreign", marker=False)
-    newer = _fake_ct2_dir(tmp_path / "newer", version=ct2.FORMAT_VERSION + 1)
+    ours = fake_ct2_dir(tmp_path / "ours")
+    foreign = fake_ct2_dir(tmp_path / "foreign", marker=False)
+    newer = fake_ct2_dir(tmp_path / "newer", version=ct2.FORMAT_VERSION + 1)
     assert ct2.is_ctranslate2_dir(ours)
     assert not ct2.is_ctranslate2_dir(foreign) and not ct2.is_ctranslate2_dir(SHIPPED)
     assert ct2.read_marker(ours)["format"] == ct2.FORMAT
@@ -116,7 +105,7 @@ def test_directories_are_told_apart(tmp_path):
 
 
 def test_options_of_the_other_runtime_are_errors(tmp_path):
-    ours = _fake_ct2_dir(tmp_path / "ours")
+    ours = fake_ct2_dir(tmp_path / "ours")
     from tfxformer.serving import load_nbest_fn, load_translate_fn
 
     with pytest.raises(ValueError, match=r"\['precision'\] apply to SavedModels"):

@@ -2,13 +2,14 @@
 
 TFDS datasets are served by `tfds.testing.mock_data` (random strings, no network); the
 installed tensorflow-datasets ships no metadata for its translation builders, so
-:func:`tfds_metadata` writes the split names and sizes a prepared dataset would record.
+`tfds_metadata` (support/data_tfds_source.py) writes the split names and sizes a prepared
+dataset would record.
 """
 
-import os
 
 import pytest
 import tensorflow_datasets as tfds
+from support.data_tfds_source import tfds_metadata
 
 from tfxformer.data import load_corpus, load_tfds, load_wmt14
 from tfxformer.data.tfds_source import tfds_name
@@ -16,19 +17,6 @@ from tfxformer.data.tfds_source import tfds_name
 
 def _dataset_pairs(split) -> list[tuple[str, str]]:
     return [(s.decode(), t.decode()) for s, t in split.dataset().as_numpy_iterator()]
-
-
-def tfds_metadata(data_dir, name: str, splits: dict[str, int]) -> str:
-    """Writes the metadata of TFDS dataset `name` with `splits` ({split: examples}) into
-    `data_dir`, as preparing it would (no records); `tfds.testing.mock_data(data_dir=...)`
-    then serves those splits. Returns `data_dir`."""
-    builder = tfds.builder(name, data_dir=str(data_dir))
-    builder.info.set_splits(tfds.core.SplitDict([
-        tfds.core.SplitInfo(name=split, shard_lengths=[n], num_bytes=0, filename_template=None)
-        for split, n in splits.items()]))
-    os.makedirs(builder.data_dir, exist_ok=True)
-    builder.info.write_to_directory(builder.data_dir)
-    return str(data_dir)
 
 
 def test_wmt14_from_tfds_mock_data(tmp_path):

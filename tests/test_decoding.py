@@ -8,22 +8,20 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support.decoding import PENALTY_TABLE, VOCAB, A, B, BigramStub, hypothesis_ids
 
 from tfxformer import Transformer
 from tfxformer.decoding import (
     BOS_ID,
     EOS_ID,
-    DecodeStart,
     beam_search,
     greedy_decode,
     greedy_search,
     length_penalty,
     sequence_beam_search,
 )
-from tfxformer.decoding.adapter import output_limits
 from tfxformer.decoding.common import next_token_log_probs
 
-VOCAB = 40
 SOURCE = tf.constant([[5, 6, 7, 8, 9, 3], [10, 11, 3, 0, 0, 0], [12, 3, 0, 0, 0, 0]])
 
 
@@ -35,51 +33,10 @@ def model():
     return model
 
 
-class BigramStub:
-    """A step function with forced log-probabilities: the next token depends on the last
-    one only, and from position `stop` of a sentence (its source's first id) EOS gets
-    `stop_bonus` more logit. `table[prev] = {token: probability}`; missing entries get
-    probability ~0. Records the rows of every step (eager mode)."""
-
-    def __init__(self, table, vocab_size=8, max_length=64, stop_bonus=0.0):
-        probs = np.full((vocab_size, vocab_size), 1e-12)
-        for prev, row in table.items():
-            for token, p in row.items():
-                probs[prev, token] = p
-        probs /= probs.sum(axis=1, keepdims=True)
-        self.log_probs = tf.constant(np.log(probs), tf.float32)
-        self.max_length, self.stop_bonus = max_length, stop_bonus
-        self.rows = []  # rows of each step_fn call
-
-    @property
-    def steps(self):
-        return len(self.rows)
-
-    def start(self, source_ids, beams=1, extra_length=50, static_cache=False):
-        source_ids = tf.convert_to_tensor(source_ids)
-        mask = tf.not_equal(source_ids, 0)
-        limits, length = output_limits(mask, self.max_length, extra_length)
-        batch = tf.shape(source_ids)[0]
-        cache = {"rows": tf.zeros([batch * beams, 1])}  # per hypothesis, never read
-
-        def step_fn(ids, index, cache, context):
-            self.rows.append(int(ids.shape[0]) if ids.shape[0] is not None else None)
-            stop = tf.repeat(context["stop"], tf.shape(ids)[0] // tf.shape(context["stop"])[0])
-            bonus = tf.where(index >= stop, self.stop_bonus, 0.0)[:, None]
-            eos = tf.one_hot(EOS_ID, self.log_probs.shape[0])[None]
-            return tf.gather(self.log_probs, ids[:, -1]) + bonus * eos, cache
-
-        return DecodeStart(step_fn, cache, {"stop": source_ids[:, 0]}, limits, length)
-
-
-def _hypotheses(ids, lengths):
-    return [row[:n].tolist() for row, n in zip(ids.numpy(), lengths.numpy(), strict=True)]
-
-
 def test_beam_one_with_alpha_zero_equals_greedy(model):
     greedy = greedy_decode(model, SOURCE, extra_length=6)
     beam = beam_search(model, SOURCE, beam_size=1, alpha=0.0, extra_length=6)
-    assert _hypotheses(beam.ids[:, 0], beam.lengths[:, 0]) == _hypotheses(greedy.ids,
+    assert hypothesis_ids(beam.ids[:, 0], beam.lengths[:, 0]) == hypothesis_ids(greedy.ids,
                                                                          greedy.lengths)
     np.testing.assert_allclose(beam.scores[:, 0], greedy.scores, rtol=1e-5)
 
@@ -119,7 +76,7 @@ def test_beam_scores_equal_teacher_forced_rescoring(model):
     assert out.ids.shape[:2] == (3, 3)
     for b, source in enumerate(SOURCE.numpy()):
         source = source[source != 0].tolist()
-        hypotheses = _hypotheses(out.ids[b], out.lengths[b])
+        hypotheses = hypothesis_ids(out.ids[b], out.lengths[b])
         assert len({tuple(h) for h in hypotheses}) == 3
         scores = out.scores[b].numpy()
         assert np.all(np.diff(scores) <= 0), scores  # best first
@@ -134,19 +91,13 @@ def test_forced_logits_yield_the_known_sequence():
                        6: {7: 0.9, 3: 0.1}, 7: {EOS_ID: 1.0}})
     source = tf.constant([[4, 4, 3]])
     greedy = greedy_search(stub.start(source))
-    assert _hypotheses(greedy.ids, greedy.lengths) == [[4, 5, 6, 7, EOS_ID]]
+    assert hypothesis_ids(greedy.ids, greedy.lengths) == [[4, 5, 6, 7, EOS_ID]]
     # the exact rule: "finished" would stop once 3 short hypotheses had ended
     beam = sequence_beam_search(stub.start(source, beams=3), beam_size=3, alpha=0.6,
                                 stopping="bound")
-    assert _hypotheses(beam.ids[:, 0], beam.lengths[:, 0]) == [[4, 5, 6, 7, EOS_ID]]
+    assert hypothesis_ids(beam.ids[:, 0], beam.lengths[:, 0]) == [[4, 5, 6, 7, EOS_ID]]
     expected = 4 * math.log(0.9) / ((5 + 5) / 6) ** 0.6
     np.testing.assert_allclose(beam.scores[0, 0], expected, rtol=1e-5)
-
-
-# BOS -> EOS 0.3 | a 0.6 | b 0.1;  a -> EOS 0.45 | a 0.55;  b -> EOS 0.5 | b 0.5
-A, B = 4, 5
-PENALTY_TABLE = {BOS_ID: {EOS_ID: 0.3, A: 0.6, B: 0.1}, A: {EOS_ID: 0.45, A: 0.55},
-                 B: {EOS_ID: 0.5, B: 0.5}}
 
 
 def _exhaustive_best(table, alpha, limit):
@@ -174,7 +125,7 @@ def test_length_penalty_changes_the_choice_as_the_formula_says(alpha, expected):
     stub = BigramStub(PENALTY_TABLE)
     out = sequence_beam_search(stub.start([[A, EOS_ID]], beams=4, extra_length=limit - 2),
                                beam_size=4, alpha=alpha)
-    assert _hypotheses(out.ids[:, 0], out.lengths[:, 0]) == [expected]
+    assert hypothesis_ids(out.ids[:, 0], out.lengths[:, 0]) == [expected]
     np.testing.assert_allclose(out.scores[0, 0], score, rtol=1e-5)
 
 
@@ -184,7 +135,7 @@ def test_beam_search_stops_early_when_no_alive_hypothesis_can_win():
     stub = BigramStub({BOS_ID: {EOS_ID: 0.6, A: 0.4}, A: {EOS_ID: 0.5, A: 0.5}})
     out = sequence_beam_search(stub.start([[A] * 10 + [EOS_ID]], beams=2), beam_size=2,
                                alpha=0.0, stopping="bound")
-    assert _hypotheses(out.ids[0], out.lengths[0]) == [[EOS_ID], [A, EOS_ID]]
+    assert hypothesis_ids(out.ids[0], out.lengths[0]) == [[EOS_ID], [A, EOS_ID]]
     assert stub.steps == 3  # the limit is 11 + 50 tokens
 
 
@@ -339,7 +290,7 @@ def test_finished_sentences_leave_the_batch(static_cache, rows):
     function then sees only the rows still running, and each result is at its place."""
     stub = BigramStub(STOPPING, stop_bonus=20.0)
     out = greedy_search(stub.start(STOPS), static_cache=static_cache)
-    assert _hypotheses(out.ids, out.lengths) == [[A, EOS_ID], [A] * 4 + [EOS_ID],
+    assert hypothesis_ids(out.ids, out.lengths) == [[A, EOS_ID], [A] * 4 + [EOS_ID],
                                                  [A, A, EOS_ID]]
     assert stub.rows == rows
 
@@ -352,7 +303,7 @@ def test_beam_rows_follow_the_sentences_still_running():
                                 alpha=0.6, static_cache=True, stopping="bound")
     np.testing.assert_array_equal(out.ids, full.ids)
     np.testing.assert_allclose(out.scores, full.scores, rtol=1e-6)
-    assert _hypotheses(out.ids[:, 0], out.lengths[:, 0]) == [
+    assert hypothesis_ids(out.ids[:, 0], out.lengths[:, 0]) == [
         [A, EOS_ID], [A] * 4 + [EOS_ID], [A, A, EOS_ID]]
     assert stub.steps == static.steps and stub.rows[0] == 6 and stub.rows[-1] == 2
     assert all(a >= b for a, b in zip(stub.rows, stub.rows[1:], strict=False))

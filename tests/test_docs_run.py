@@ -18,13 +18,20 @@ order: its ```python blocks in one namespace, as cells of a notebook opened at t
 pointing nowhere (tests never touch the network). A failing block does not stop the page:
 the test reports every failing block (page, line, traceback or the command's stderr); a
 failure after an earlier one may follow from it. Pages run two at a time (one under
-pytest-xdist; DOCS_TEST_JOBS), started together when the first page test runs. A `python
+pytest-xdist; DOCS_TEST_JOBS), started together when the first page test runs.
+
+As users run them: when the slow tier is selected (a run without `-m "not slow"`, as CI's),
+every command of every page starts as a new interpreter in the environment a user has
+(TensorFlow's own oneDNN and allocator settings, Grappler on, Python's garbage collector
+as it comes: none of the test processes' switches, tests/conftest.py), and a page's python
+blocks run without them too. In the fast tier alone (`-m "not slow"`) a `python
 scripts/NAME.py ...` of a shell command starts as a fork of a process that has imported
 TensorFlow and the package (tests/docs_fork.py: the same arguments, directory, environment
 and streams, without the 4.5 s of CPU each new interpreter spends importing them; a command
-that sets TF_* or other import-time variables gets a new interpreter; DOCS_TEST_FORK=0 gives
-every command one). The forked commands and a page's python blocks run with Grappler off,
-as the test processes (tests/conftest.py; TFXFORMER_TEST_GRAPPLER=1 keeps it on).
+that sets TF_* or other import-time variables gets a new interpreter), and the forked
+commands and a page's python blocks run with Grappler off and the collector run less often,
+as the test processes (TFXFORMER_TEST_GRAPPLER=1 keeps Grappler on). DOCS_TEST_FORK=0 gives
+every command a new interpreter in any tier, DOCS_TEST_FORK=1 forks in any tier.
 
 Shared between pages: a command that reads only what every scratch root holds unchanged
 (the shipped models saved_models/multi30k_*, ../shared, the tiny corpus below) and writes
@@ -76,9 +83,12 @@ blocks run exactly as written):
 What is not rewritten costs what it costs: an export of a shipped model takes ~20 s of CPU,
 a forked process that loads one and translates ~6 s, the README's tiny training ~40 s,
 even at 2 steps (tracing the step and the translator). The whole file, all pages, is about
-10 CPU-minutes (each case prints its steps' wall and CPU seconds with `-s`), the largest
-file of the suite (bench/README.md, "Test suite"): a new page's commands should share an
-export another page makes (the same command runs once) rather than make their own.
+10.6 CPU-minutes of steps with forks (each case prints its steps' wall and CPU seconds with
+`-s`), the largest file of the suite (bench/README.md, "Test suite"); as new interpreters,
+as the slow tier runs them, a command costs about 3.4 s of CPU more (2026-12-07, 55 steps
+run both ways: 712 s against 524), the whole about 1.35 times as much: a new page's
+commands should share an export another page makes (the same command runs once) rather
+than make their own.
 """
 
 import concurrent.futures
@@ -92,7 +102,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import CALLER_ENV, SHARED_DATA
+from conftest import SHARED_DATA
 from docs_blocks import (
     TINY_TEST,
     TINY_VAL,
@@ -105,6 +115,7 @@ from docs_blocks import (
     start_fork_server,
     tokenize,
 )
+from support.environment import user_env
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "docs_blocks.py")
@@ -117,8 +128,11 @@ PAGES = sorted(os.path.relpath(p, ROOT) for p in [
 JOBS = int(os.environ.get("DOCS_TEST_JOBS", "1" if os.environ.get("PYTEST_XDIST_WORKER")
                           else "2"))
 # `python scripts/...` commands run as forks of a process that has imported TensorFlow and
-# the package (tests/docs_fork.py); DOCS_TEST_FORK=0 starts each in a new interpreter.
-FORK = os.environ.get("DOCS_TEST_FORK", "1") != "0"
+# the package (tests/docs_fork.py) when the slow tier is not selected ("auto"); "0" starts
+# each in a new interpreter, "1" forks in any tier.
+FORK = os.environ.get("DOCS_TEST_FORK", "auto")
+if FORK not in ("auto", "0", "1"):
+    raise ValueError(f"DOCS_TEST_FORK={FORK!r}: accepted are auto (the default), 0 and 1")
 # Against hangs only: on a loaded machine a command of 40 s of CPU can take 10 minutes.
 COMMAND_TIMEOUT = 1200  # seconds, one shell command
 PAGE_TIMEOUT = 3600  # seconds, one page
@@ -148,7 +162,7 @@ KNOWN_FAILURES = {}
 
 
 def case(page, tier):
-    marks = [pytest.mark.slow] if tier == "slow" else []
+    marks = [pytest.mark.slow, pytest.mark.user_env] if tier == "slow" else []
     if (page, tier) in KNOWN_FAILURES:
         marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[page, tier]))
     return pytest.param(page, tier, id=f"{page}-{tier}", marks=marks)
@@ -240,12 +254,8 @@ def make_scratch(folder, page_text):
 
 def runner_env(repo, fork=None):
     """The page process' environment; `fork`: tests/docs_fork.py's variables, or None."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CONFIG", "PYTEST_CURRENT_TEST", "PYTHONPATH")}
-    for name, setting in CALLER_ENV.items():  # the machine's oneDNN setting, as users run
-        env.pop(name, None)
-        if setting is not None:
-            env[name] = setting
+    env = {k: v for k, v in user_env().items()  # the machine's oneDNN setting, as users run
+           if k not in ("TF_CONFIG", "PYTHONPATH")}
     nowhere = "http://127.0.0.1:9"
     path = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     if fork:
@@ -269,7 +279,8 @@ def run_page(page, tier, base, tiny_corpus, fork=None):
                                                                               "result.json")
     with open(plan_path, "w", encoding="utf-8") as f:
         json.dump({"steps": steps, "timeout": COMMAND_TIMEOUT,
-                   "cache": os.path.join(base, "shared_commands")}, f)
+                   "cache": os.path.join(base, "shared_commands"),
+                   "grappler_off": fork is not None}, f)
     if not steps:
         return steps, [], ""
     try:
@@ -290,7 +301,8 @@ def run_page(page, tier, base, tiny_corpus, fork=None):
 @pytest.fixture(scope="module")
 def page_runs(request, tmp_path_factory):
     """{(page, tier): future of run_page} for the cases selected in this run, started
-    together (DOCS_TEST_JOBS at a time, slow cases first) when the first case asks."""
+    together (DOCS_TEST_JOBS at a time, slow cases first) when the first case asks; through
+    the fork server when no slow case is selected (FORK)."""
     base = str(tmp_path_factory.mktemp("docs_run"))
     tiny_corpus = make_tiny_corpus(os.path.join(base, "tiny_multi30k"))
     selected = []
@@ -299,7 +311,8 @@ def page_runs(request, tmp_path_factory):
         if item.path.name == os.path.basename(__file__) and callspec and \
                 "tier" in callspec.params:
             selected.append((callspec.params["page"], callspec.params["tier"]))
-    server, fork = (start_fork_server(os.path.join(base, "fork"), runner_env(base)) if FORK
+    forked = FORK == "1" or (FORK == "auto" and all(tier == "fast" for _, tier in selected))
+    server, fork = (start_fork_server(os.path.join(base, "fork"), runner_env(base)) if forked
                     else (None, None))
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=JOBS)
     runs = {}

@@ -4,7 +4,6 @@ search, the Translator over an ensemble, its SavedModel export and scripts/expor
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_serving import load_each_saved_model_once  # noqa: F401  (a fixture)
 
 from tfxformer import Transformer
 from tfxformer.decoding import BOS_ID, EOS_ID, beam_search, greedy_decode
@@ -158,7 +157,7 @@ def _preset_dirs(members, spm_model, root, other_vocabulary=None):
 
 def test_export_ensemble_refuses_other_vocabularies_naming_both_paths(members, spm_model,
                                                                       tmp_path):
-    from test_serving import train_sentencepiece
+    from support.serving import train_sentencepiece
 
     from tfxformer.serving import export_ensemble
 
@@ -173,7 +172,7 @@ def test_export_ensemble_refuses_other_vocabularies_naming_both_paths(members, s
 
 
 def test_export_script_takes_model_or_ensemble(capsys):
-    from test_serving import load_script
+    from support.serving import load_script
 
     script = load_script("export")
     parser = script.build_parser()
@@ -208,8 +207,9 @@ def _run_dir(model, spm_model, path):
 
 
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_ensemble_export_round_trip(members, spm_model, ensemble_translator, tmp_path,
-                                    load_each_saved_model_once):  # noqa: F811
+                                    load_each_saved_model_once):
     """scripts/export.py --ensemble of a run dir and a preset dir → tf.saved_model.load →
     serving_default gives the in-process ensemble's strings; the export records its
     members and refuses to load as one model.
@@ -223,7 +223,7 @@ def test_ensemble_export_round_trip(members, spm_model, ensemble_translator, tmp
     import sys
 
     import tensorflow_text  # noqa: F401
-    from test_serving import FRESH_PROCESS, _run, load_script
+    from support.serving import FRESH_PROCESS, load_script, run_checked
 
     from tfxformer.serving import load_translate_fn
 
@@ -245,8 +245,8 @@ def test_ensemble_export_round_trip(members, spm_model, ensemble_translator, tmp
     assert load_translate_fn(base)(TEXTS) == _strings(expected)
     # A process without tfxformer, and the session loader TF Serving uses, agree.
     inputs = json.dumps([base64.b64encode(t.encode()).decode() for t in TEXTS])
-    fresh = json.loads(_run([sys.executable, "-c", FRESH_PROCESS, version, "translation"],
-                            input=inputs.encode()).strip().splitlines()[-1])
+    fresh = json.loads(run_checked([sys.executable, "-c", FRESH_PROCESS, version,
+                                    "translation"], input=inputs.encode()).strip().splitlines()[-1])
     assert fresh["translation"] == fresh["session"] == _strings(expected)
     assert not fresh["tfxformer_loaded"] and not fresh["unknown"]
     assert len(loaded.model_variables) == sum(len(m.weights) for m in members)

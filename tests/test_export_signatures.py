@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import tiny_export_translator
-from test_serving import load_script
+from support.serving import load_script
 
 from tfxformer.pretrained import saved_model_variables
 from tfxformer.rundir import RunRecord

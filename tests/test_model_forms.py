@@ -40,8 +40,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import SHARED_DATA
-from test_reliability import script_args, train_wmt
-from test_serving import load_script
+from support.reliability import script_args, train_wmt
+from support.serving import load_script
 
 from tfxformer import Transformer, locate, multilingual, pretrained
 from tfxformer.data import Tokenizer

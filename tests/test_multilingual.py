@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import SHARED_DATA
-from test_serving import load_each_saved_model_once  # noqa: F401  (a fixture)
 
 from tfxformer import Transformer, multilingual
 from tfxformer.data.tokenizer import train_tokenizer
@@ -116,7 +115,7 @@ def test_the_tags_are_one_piece_each(spm_model):
     assert [multilingual.tag_pieces(spm_model, language) for language in LANGUAGES] == [2, 2]
     processor = spm.SentencePieceProcessor(model_proto=spm_model)
     assert processor.encode("<2fr> A dog", out_type=str)[:2] == ["▁", "<2fr>"]
-    from test_serving import train_sentencepiece
+    from support.serving import train_sentencepiece
 
     with pytest.raises(ValueError, match="does not hold the target tag '<2de>' as one piece"):
         multilingual.tag_pieces(train_sentencepiece(lines=200), "de")
@@ -210,14 +209,14 @@ def test_training_refuses_untagged_sources(tmp_path):
 
 @pytest.mark.slow
 def test_train_export_serve_with_target_language(tagged, tmp_path,
-                                                 load_each_saved_model_once):  # noqa: F811
+                                                 load_each_saved_model_once):
     """A multilingual run → its vocabulary holds the tags → the export's signatures take
     `target_language` (warm-up records too) → load_translate_fn and evaluate.py translate
     into the language asked for, with errors for a missing or unknown one.
 
     The export holds all six signatures (the one test that each takes `target_language`);
     it is loaded once, and the loaders and evaluate.py share that load."""
-    from test_serving import load_script
+    from support.serving import load_script
 
     from tfxformer.serving import (
         export_run_dir,

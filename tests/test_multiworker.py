@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-from test_reliability import (
+from support.reliability import (
     TRAIN_WMT,
     checkpoint_state,
     clean_env,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import grappler_on, strategy_over
-from test_reliability import (
+from support.reliability import (
     KILL_AT_SAVE_ENV,
     TRAIN_WMT,
     checkpoint_state,
@@ -24,7 +24,7 @@ from test_reliability import (
     tiny_corpus,
     train_wmt,
 )
-from test_serving import load_script
+from support.serving import load_script
 
 from tfxformer import Transformer, pretrained, rundir
 from tfxformer.data import Tokenizer

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 from conftest import grappler_on
-from test_reliability import (
+from support.reliability import (
     KILL_AT_SAVE_ENV,
     TRAIN_WMT,
     assert_complete,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_decoding import VOCAB, BigramStub
+from support.decoding import VOCAB, BigramStub
 
 from tfxformer import Transformer
 from tfxformer.config import DecodingOptions

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_decoding import VOCAB
+from support.decoding import VOCAB
 
 from tfxformer import Transformer
 from tfxformer.decoding import BOS_ID, greedy_decode, score_targets

@@ -1,27 +1,24 @@
 """tfxformer.serving: in-graph translation, SavedModel export, and what serves it."""
 
 import base64
-import contextlib
-import importlib.util
-import io
-import itertools
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
-from conftest import (
-    SHARED_DATA,
-    TINY_EXPORT_OPTIONS,
-    TINY_EXPORT_POSITIONS,
-    tiny_export_translator,
+from conftest import TINY_EXPORT_OPTIONS, TINY_EXPORT_POSITIONS, tiny_export_translator
+from support.environment import CALLER_ENV, TEST_ENV
+from support.serving import (
+    FRESH_PROCESS,
+    ROBUST_INPUTS,
+    load_script,
+    run_checked,
+    run_script,
 )
 from tensorflow.core.protobuf import saved_model_pb2
 
@@ -29,59 +26,7 @@ from tfxformer import Transformer
 from tfxformer.decoding import EOS_ID, beam_search, greedy_decode
 from tfxformer.serving import Translator, export_translator, next_version
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_LENGTH = 48
-ROBUST_INPUTS = [
-    b"A dog runs in the park.", b"", b" ", b"\t  \t", b"\xff\xfe\xfd", b"abc \xc3 def \xe2\x82",
-    b"\xed\xa0\x80 lone surrogate", b"\xf4\x90\x80\x80 beyond U+10FFFF", b"\xc0\xaf overlong",
-    "😀🎉 👩‍👩‍👧 🏳️‍🌈".encode(), "Ünïcödé ß ẞ Œ".encode(), "日本語 中文 한국어".encode(),
-    "العربية עברית".encode(), "हिन्दी தமிழ் ไทย ქართული".encode(), "Ελληνικά Кириллица".encode(),
-    b"\x00\x01\x07\x1b[31m\x7f", "\u200b\u200d\ufeff\u202e override".encode(),
-    "e\u0301\u0301\u0301 Z\u0351\u0352".encode(), "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ".encode() * 3000, b"word " * 20000,
-]
-
-
-DATA = SHARED_DATA
-
-
-@contextlib.contextmanager
-def saved_models_loaded_once():
-    """`tf.saved_model.load` remembered by path inside the block (a tiny full export takes
-    seconds of CPU to load, and the first call of each of its signatures as many again):
-    for tests whose subject is what the loaders and scripts do with a loaded export, not
-    the loading itself (tested here). Yields {realpath: loaded object}."""
-    loaded, load = {}, tf.saved_model.load
-
-    def load_once(path, *args, **kwargs):
-        key = os.path.realpath(os.fspath(path))
-        if key not in loaded:
-            loaded[key] = load(path, *args, **kwargs)
-        return loaded[key]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tf.saved_model, "load", load_once)
-        yield loaded
-
-
-@pytest.fixture
-def load_each_saved_model_once():
-    """saved_models_loaded_once() for one test."""
-    with saved_models_loaded_once() as loaded:
-        yield loaded
-
-
-def train_sentencepiece(lines=2000):
-    """A tiny BPE model on Multi30k EN + DE with the fixed ids (pad 0, unk 1, bos 2, eos 3)."""
-    text = []
-    for lang in ("en", "de"):
-        with open(os.path.join(DATA, "multi30k", f"train.{lang}"), encoding="utf-8") as f:
-            text += list(itertools.islice(f, lines))
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(text), model_writer=model, vocab_size=320, model_type="bpe",
-        byte_fallback=True, character_coverage=0.98, pad_id=0, unk_id=1, bos_id=2, eos_id=3,
-        minloglevel=2)
-    return model.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -198,140 +143,42 @@ def test_export_layout_versions_and_assets(translator, export_dir, tmp_path):
         export_translator(translator, export_dir, version=7)
 
 
-FRESH_PROCESS = textwrap.dedent("""
-    import base64, contextlib, io, json, os, sys
-    sys.modules["tfxformer"] = None  # importing tfxformer here must fail
-    import tensorflow as tf
-    from tensorflow.core.protobuf import saved_model_pb2
-    from tensorflow.python.framework import op_def_registry
-
-    # argv: the version dir, then the checks ("signatures": every signature, the default;
-    # "translation": serving_default alone; "replay": the warm-up records through the
-    # session; "cli": saved_model_cli show and run), comma-separated
-    path, inputs = sys.argv[1], [base64.b64decode(t) for t in json.load(sys.stdin)]
-    checks = set((sys.argv[2] if len(sys.argv) > 2 else "signatures").split(","))
-    proto = saved_model_pb2.SavedModel()
-    with open(path + "/saved_model.pb", "rb") as f:
-        proto.ParseFromString(f.read())
-    graph = proto.meta_graphs[0].graph_def
-    functions = {f.signature.name for f in graph.library.function}
-    ops = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
-    ops -= functions
-    core = {op for op in ops if op_def_registry.get(op) is not None}
-    import tensorflow_text  # noqa: registers its ops
-    text = {op for op in ops - core if op_def_registry.get(op) is not None}
-
-    model = tf.saved_model.load(path)
-    out = model.signatures["serving_default"](text=tf.constant(inputs))
-    result = {
-        "core": sorted(core), "text": sorted(text), "unknown": sorted(ops - core - text),
-        "translation": [t.decode("utf-8") for t in out["translation"].numpy()],
-        "score": out["score"].numpy().tolist(),
-        "truncated": out["truncated"].numpy().tolist()}
-    if "signatures" in checks:
-        options = model.signatures["translate_with_options"](
-            text=tf.constant(inputs), beam_size=tf.constant(1), alpha=tf.constant(0.0),
-            extra_length=tf.constant(2))
-        alternate = lambda a, b: tf.constant([(a, b)[i % 2] for i in range(len(inputs))])
-        per_example = model.signatures["translate_per_example"](  # greedy, the defaults, ...
-            text=tf.constant(inputs), beam_size=alternate(1, 3), alpha=alternate(0.0, 0.6),
-            extra_length=alternate(2, 4), max_input_tokens=alternate(1000, 1000))
-        scored = model.signatures["score"](text=tf.constant(inputs),
-                                           target=tf.constant(inputs[::-1]))
-        sampled = model.signatures["translate_sampled"](
-            text=tf.constant(inputs), sampling_topk=tf.constant(5),
-            sampling_temperature=tf.constant(1.0), sampling_topp=tf.constant(0.9),
-            extra_length=tf.constant(4), seed=tf.constant(3, tf.int64))
-        result.update(
-            options=[t.decode("utf-8") for t in options["translation"].numpy()],
-            per_example=[t.decode("utf-8") for t in per_example["translation"].numpy()],
-            scored=scored["log_prob"].numpy().tolist(),
-            sampled=[t.decode("utf-8") for t in sampled["translation"].numpy()])
-    # The session loader, as TF Serving loads, with Grappler off from here on as in the test
-    # processes (the sessions below and saved_model_cli's take this process's options;
-    # TFXFORMER_TEST_GRAPPLER=1 keeps it on): the signatures above ran with it, and the C++
-    # loader test (test_serving_cpp.py) runs every batchable signature through a session
-    # with it, as TF Serving does.
-    if os.environ.get("TFXFORMER_TEST_GRAPPLER") != "1":
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
-        signature = meta.signature_def["serving_default"]
-        fetched = session.run(signature.outputs["translation"].name,
-                              {signature.inputs["text"].name: inputs})
-        result["session"] = [t.decode("utf-8") for t in fetched]
-        if "signatures" in checks:
-            signature = meta.signature_def["score"]
-            result["session_scored"] = session.run(signature.outputs["log_prob"].name, {
-                signature.inputs["text"].name: inputs,
-                signature.inputs["target"].name: inputs[::-1]}).tolist()
-        if "replay" in checks:  # TF Serving replays the warm-up records on load
-            from tensorflow_serving.apis import prediction_log_pb2
-
-            result["replay"] = []
-            warmup = path + "/assets.extra/tf_serving_warmup_requests"
-            for raw in tf.compat.v1.io.tf_record_iterator(warmup):
-                log = prediction_log_pb2.PredictionLog()
-                log.ParseFromString(raw)
-                request = log.predict_log.request
-                signature = meta.signature_def[request.model_spec.signature_name or
-                                               "serving_default"]
-                feeds = {signature.inputs[k].name: tf.make_ndarray(v)
-                         for k, v in request.inputs.items()}
-                keys = sorted(signature.outputs)
-                values = session.run([signature.outputs[k].name for k in keys], feeds)
-                replied = dict(zip(keys, values))
-                result["replay"].append({
-                    "kind": log.WhichOneof("log_type"),
-                    "signature": request.model_spec.signature_name,
-                    "inputs": {k: [int(d.size) for d in v.tensor_shape.dim]
-                               for k, v in request.inputs.items()},
-                    "text": sorted({t.decode()
-                                    for t in tf.make_ndarray(request.inputs["text"])}),
-                    "outputs": {k: list(v.shape) for k, v in replied.items()},
-                    "translation": [t.decode("utf-8")
-                                    for t in replied.get("translation", [])],
-                    "length": [int(x) for x in replied.get("length", [])]})
-    if "cli" in checks:  # the `saved_model_cli` console script's main, as the docs use it
-        from tensorflow.python.tools.saved_model_cli import main as cli_main
-
-        for command in (["show", "--dir", path, "--all"],
-                        ["run", "--dir", path, "--tag_set", "serve", "--signature_def",
-                         "serving_default", "--input_exprs", 'text=["A dog.", ""]']):
-            sys.argv, shown = ["saved_model_cli", *command], io.StringIO()
-            with contextlib.redirect_stdout(shown):
-                try:
-                    cli_main()
-                except SystemExit as exit_:
-                    assert not exit_.code, (command, exit_.code)
-            result["cli_" + command[0]] = shown.getvalue()
-    result["tfxformer_loaded"] = any(m.startswith("tfxformer") for m in sys.modules
-                                     if sys.modules[m] is not None)
-    print(json.dumps(result))
-""")
-
-
-def _run(args, **kwargs):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run(args, capture_output=True, env=env, timeout=240, **kwargs)
-    assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
-    return result.stdout.decode("utf-8")
-
-
 @pytest.fixture(scope="module")
 def fresh_process(export_dir):
     """Loads the export in a process that imports only tensorflow and tensorflow_text
-    (tensorflow-serving-api's protos for the warm-up records): every signature, the session
-    loader with the warm-up replay, and saved_model_cli; one process start for them all."""
+    (tensorflow-serving-api's protos for the warm-up records), started as a user starts one
+    (run_checked): every signature, the session loader with the warm-up replay, and
+    saved_model_cli; one process start for them all."""
     inputs = json.dumps([base64.b64encode(t).decode() for t in ROBUST_INPUTS])
-    stdout = _run([sys.executable, "-c", FRESH_PROCESS, os.path.join(export_dir, "1"),
+    stdout = run_checked([sys.executable, "-c", FRESH_PROCESS, os.path.join(export_dir, "1"),
                    "signatures,replay,cli"], input=inputs.encode())
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.user_env
+def test_a_users_process_serves_what_tf_serving_runs_with_the_in_process_strings(
+        export_dir, translator):
+    """The export in a process started as a user starts one (user_env: TensorFlow's own
+    oneDNN and allocator settings, Grappler on), through the session loader TF Serving
+    uses (the graph Grappler optimizes), gives the strings and scores of the translator in
+    this process (Eigen, Grappler off). The fast tier's check of what serves (about 12 s
+    of CPU); the slow tier's fresh_process below runs every signature so."""
+    texts = [ROBUST_INPUTS[i] for i in (0, 1, 4, 9, 11, 19)]
+    inputs = json.dumps([base64.b64encode(t).decode() for t in texts])
+    stdout = run_checked([sys.executable, "-c", FRESH_PROCESS, os.path.join(export_dir, "1"),
+                          "session"], input=inputs.encode())
+    fresh = json.loads(stdout.strip().splitlines()[-1])
+    assert fresh["environment"] == {name: CALLER_ENV[name] for name in TEST_ENV}
+    assert not fresh["grappler_off"] and not fresh["tfxformer_loaded"]
+    expected = translator(tf.constant(texts))
+    assert fresh["session"] == _strings(expected)
+    np.testing.assert_allclose(fresh["session_score"], expected["score"], rtol=1e-5)
+
+
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_fresh_process_gives_the_in_process_strings(fresh_process, translator):
-    assert not fresh_process["tfxformer_loaded"]
+    assert not fresh_process["tfxformer_loaded"] and not fresh_process["grappler_off"]
     expected = translator(tf.constant(ROBUST_INPUTS))
     assert fresh_process["translation"] == _strings(expected)
     assert fresh_process["session"] == _strings(expected)  # session loader, as TF Serving
@@ -351,6 +198,7 @@ def test_fresh_process_gives_the_in_process_strings(fresh_process, translator):
 
 
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_graph_uses_only_core_and_tensorflow_text_ops(fresh_process):
     assert fresh_process["unknown"] == []
     assert {"SentencepieceOp", "SentencepieceTokenizeOp"} <= set(fresh_process["text"])
@@ -359,6 +207,7 @@ def test_graph_uses_only_core_and_tensorflow_text_ops(fresh_process):
 
 
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_saved_model_cli_show_and_run(fresh_process):
     """`saved_model_cli show` and `run` (the console script's main, run in the fresh
     process after tensorflow_text registered its ops, as docs/serving.md says)."""
@@ -373,29 +222,6 @@ def test_saved_model_cli_show_and_run(fresh_process):
         assert expected in shown, expected
     ran = fresh_process["cli_run"]
     assert "Result for output key translation" in ran and "Result for output key score" in ran
-
-
-def load_script(name):
-    """scripts/<name>.py as a module (its functions, without running main)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts",
-                                                                     f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run_script(name, argv, stdin=b""):
-    """scripts/<name>.py's main(argv) in this process, `stdin` its standard input: its exit
-    code must be 0; its standard output, decoded as strict UTF-8."""
-    stdout, saved = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), (sys.stdin, sys.stdout)
-    sys.stdin, sys.stdout = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"), stdout
-    try:
-        code = load_script(name).main(argv)
-        stdout.flush()
-    finally:
-        sys.stdin, sys.stdout = saved
-    assert code == 0
-    return stdout.buffer.getvalue().decode("utf-8")
 
 
 @pytest.mark.slow
@@ -551,6 +377,7 @@ def test_batching_parameters_example(export_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_warmup_records_replay_in_a_fresh_process(fresh_process):
     """The warm-up records through the session loader (as TF Serving replays them)."""
     from tfxformer.serving.warmup import BATCHABLE_SIGNATURES, LONG_TEXT, SHORT_TEXT
@@ -579,6 +406,7 @@ def test_warmup_records_replay_in_a_fresh_process(fresh_process):
         assert (record["translation"][-1] == "") == (size > 1)  # a blank input in the batch
 
 
+@pytest.mark.slow  # a whole export: 11 s of CPU, among the fast tier's heaviest
 def test_the_asset_record_keeps_no_path_of_the_training_machine(translator, tmp_path):
     """An export travels: its config.json has no run or export dir, and an absolute data
     folder is cut to its name (a relative one is kept as given)."""

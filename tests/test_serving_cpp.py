@@ -5,17 +5,16 @@ replays the warm-up records and a batch of PredictionLog requests with `Session:
 answers must equal `tf.saved_model.load`'s. The compiled program is cached (pytest cache)
 under a hash of its source and the compile flags."""
 
-import importlib.util
 import os
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_text
 from conftest import tiny_export_translator
-from test_serving import ROBUST_INPUTS
+from support.environment import user_env
+from support.serving import ROBUST_INPUTS
+from support.serving_cpp import OP_LIBRARY
 
 from tfxformer.serving.warmup import (
     BATCHABLE_SIGNATURES,
@@ -23,39 +22,8 @@ from tfxformer.serving.warmup import (
     signature_inputs,
 )
 
-pytestmark = pytest.mark.slow  # compiles and runs a C++ program
-
-BENCH_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "bench", "serving_memory.py")
-TF_DIR = os.path.dirname(tf.__file__)
-OP_LIBRARY = os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops",
-                          "_sentencepiece_tokenizer.so")
-
-
-def _missing():
-    """Why the C++ program cannot be built here, or None."""
-    if not (shutil.which("g++") or shutil.which("c++")):
-        return "no C++ compiler (g++ or c++) on PATH"
-    for path, what in ((os.path.join(tf.sysconfig.get_include(), "tensorflow", "cc",
-                                     "saved_model", "loader.h"), "TensorFlow C++ headers"),
-                       (os.path.join(TF_DIR, "libtensorflow_cc.so.2"), "libtensorflow_cc.so.2"),
-                       (OP_LIBRARY, "tensorflow-text's SentencePiece op library")):
-        if not os.path.exists(path):
-            return f"the installed wheel has no {what} ({path})"
-    return None
-
-
-@pytest.fixture(scope="module")
-def program(request):
-    reason = _missing()
-    if reason:
-        pytest.skip(f"C++ serving path not testable: {reason}")
-    # the one build of the program: bench/serving_memory.py's, cached in the pytest cache
-    spec = importlib.util.spec_from_file_location("serving_memory", BENCH_SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench.build_program(str(request.config.cache.mkdir("tfxformer_cpp")))
-
+# compiles and runs a C++ program, in the environment a user has
+pytestmark = [pytest.mark.slow, pytest.mark.user_env]
 
 @pytest.fixture(scope="module")
 def export(tiny_export, spm_model):
@@ -99,7 +67,7 @@ def test_cpp_load_and_run_equals_tf_saved_model_load(program, export, tmp_path):
     warmup = os.path.join(version, "assets.extra", "tf_serving_warmup_requests")
     result = subprocess.run([program, OP_LIBRARY, version, output, warmup, batch],
                             capture_output=True, timeout=300,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                            env=user_env(TF_CPP_MIN_LOG_LEVEL="3"))
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
     requests = read_warmup_records(warmup) + read_warmup_records(batch)
     assert f"ran {len(requests)} requests" in result.stdout.decode()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import tiny_export_translator
-from test_serving import ROBUST_INPUTS, load_script
+from support.serving import ROBUST_INPUTS, load_script
 
 from tfxformer import Transformer, locate
 from tfxformer.analysis import plot_attention, sentence_attention

@@ -10,7 +10,7 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 from conftest import tiny_export_translator
-from test_serving import ROBUST_INPUTS, load_script, run_script
+from support.serving import ROBUST_INPUTS, load_script, run_script
 
 from tfxformer import Transformer
 from tfxformer.decoding import BOS_ID, EOS_ID, greedy_decode

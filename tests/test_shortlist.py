@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
-from test_serving import FRESH_PROCESS, load_script
+from support.environment import user_env
+from support.serving import FRESH_PROCESS, load_script
 
 from tfxformer import Transformer
 from tfxformer.decoding import (
@@ -242,21 +243,6 @@ def test_a_shortlist_needs_a_special_eos(model):
 # --- the translator and its export ----------------------------------------------------
 
 @pytest.fixture(scope="module")
-def spm_table(spm_model):
-    """A table from 2000 Multi30k pairs (vocabulary 320), K = 3, N = 10: small enough
-    that the shortlist leaves tokens out."""
-    from test_serving import DATA
-
-    processor = spm.SentencePieceProcessor(model_proto=spm_model)
-    with open(os.path.join(DATA, "multi30k", "train.en"), encoding="utf-8") as f:
-        sources = [next(f) for _ in range(2000)]
-    with open(os.path.join(DATA, "multi30k", "train.de"), encoding="utf-8") as f:
-        targets = [next(f) for _ in range(2000)]
-    return build_shortlist_table(zip(processor.encode(sources), processor.encode(targets),
-                                     strict=True), 320, per_source=3, frequent=10)
-
-
-@pytest.fixture(scope="module")
 def translators(spm_model, spm_table):
     tf.random.set_seed(3)
     model = Transformer.from_preset("tiny", vocab_size=320, max_positions=48)
@@ -336,6 +322,7 @@ def test_export_holds_the_table_apart_from_the_model_variables(shortlist_export,
 
 
 @pytest.mark.slow
+@pytest.mark.user_env
 def test_exported_shortlist_runs_in_a_fresh_tensorflow_process(shortlist_export, translators):
     """Only core and tensorflow-text ops; the session loader (as TF Serving) gives the
     in-process strings."""
@@ -344,7 +331,7 @@ def test_exported_shortlist_runs_in_a_fresh_tensorflow_process(shortlist_export,
 
     result = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, shortlist_export, "translation"], capture_output=True,
-        timeout=240, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=240, env=user_env(TF_CPP_MIN_LOG_LEVEL="3"),
         input=json.dumps([base64.b64encode(t).decode() for t in texts]).encode())
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
     fresh = json.loads(result.stdout.decode().strip().splitlines()[-1])
@@ -358,7 +345,7 @@ def test_exported_shortlist_runs_in_a_fresh_tensorflow_process(shortlist_export,
 @pytest.fixture(scope="module")
 def run_dir_with_data(spm_model, tmp_path_factory):
     """A run dir whose config names a tiny training folder (train/val, en/de)."""
-    from test_serving import DATA
+    from support.serving import DATA
 
     root = tmp_path_factory.mktemp("shortlist_run")
     data = root / "data"

@@ -6,15 +6,13 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 from conftest import tiny_export_translator
-from test_serving import ROBUST_INPUTS, run_script, saved_models_loaded_once
+from support.serving import ROBUST_INPUTS, run_script, saved_models_loaded_once
+from support.steering import SOURCES, nbest_inputs
 
 from tfxformer import pretrained
 from tfxformer.decoding import EOS_ID, beam_search
 from tfxformer.serving import load_nbest_fn
 from tfxformer.serving.nbest import Hypothesis, Line, moses_lines
-
-SOURCES = ["A dog runs in the park.", "Two men are talking.", "", "A woman sings.",
-           "The children play football on the green field."]
 
 
 @pytest.fixture(scope="module")
@@ -46,23 +44,6 @@ def reference_search(translator):
                            max_output_length=translator.max_output_tokens,
                            stopping=translator.options.stopping)
     return search
-
-
-def nbest_inputs(size, beam_size=3, num_hypotheses=3, alpha=0.6, extra_length=4,
-                 max_input_tokens=48, no_repeat_ngram_size=0, repetition_penalty=1.0,
-                 target_prefix="", constraints=""):
-    """The per-text inputs of `translate_nbest` after `text`, each (size,) (a list gives
-    one value per text); the steering options off by default."""
-    values = dict(beam_size=(beam_size, tf.int32), alpha=(alpha, tf.float32),
-                  extra_length=(extra_length, tf.int32),
-                  max_input_tokens=(max_input_tokens, tf.int32),
-                  num_hypotheses=(num_hypotheses, tf.int32),
-                  no_repeat_ngram_size=(no_repeat_ngram_size, tf.int32),
-                  repetition_penalty=(repetition_penalty, tf.float32),
-                  target_prefix=(target_prefix, tf.string),
-                  constraints=(constraints, tf.string))
-    return {name: tf.broadcast_to(tf.constant(value, dtype), [size])
-            for name, (value, dtype) in values.items()}
 
 
 def _lists(out):

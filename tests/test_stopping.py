@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_decoding import PENALTY_TABLE, A, BigramStub, _hypotheses
+from support.decoding import PENALTY_TABLE, A, BigramStub, hypothesis_ids
 
 from tfxformer import Transformer
 from tfxformer.config import DecodingOptions
@@ -65,7 +65,7 @@ def _assert_well_formed(out, stub, alpha, normalization, limits, stops=None):
     ids, lengths, scores = out.ids.numpy(), out.lengths.numpy(), out.scores.numpy()
     for b, limit in enumerate(limits):
         stop = None if stops is None else stops[b][0]
-        hypotheses = _hypotheses(out.ids[b], out.lengths[b])
+        hypotheses = hypothesis_ids(out.ids[b], out.lengths[b])
         assert len({tuple(h) for h in hypotheses}) == len(hypotheses)
         assert np.all(np.diff(scores[b]) <= 0), scores[b]
         for k, hypothesis in enumerate(hypotheses):
@@ -97,8 +97,8 @@ def test_beam_one_is_greedy_under_both_rules(stopping, normalization, alpha):
     beam = sequence_beam_search(stub.start(MIXED, beams=1, extra_length=3), beam_size=1,
                                 alpha=alpha, stopping=stopping,
                                 length_normalization=normalization)
-    expected = _hypotheses(greedy.ids, greedy.lengths)
-    assert _hypotheses(beam.ids[:, 0], beam.lengths[:, 0]) == expected
+    expected = hypothesis_ids(greedy.ids, greedy.lengths)
+    assert hypothesis_ids(beam.ids[:, 0], beam.lengths[:, 0]) == expected
     assert [len(h) for h in expected] == [2, 4, 5, 3]  # EOS at 2, 4, 3; the limit at 5
     normalizers = [_normalizer(h, alpha, normalization) for h in expected]
     np.testing.assert_allclose(beam.scores[:, 0] * normalizers, greedy.scores, rtol=1e-5)
@@ -120,7 +120,7 @@ def test_finished_stops_when_k_hypotheses_have_ended_where_the_bound_goes_on(
                                     length_normalization=normalization)
     assert stub.steps == 2 and finished.steps.numpy().tolist() == [2]
     _assert_well_formed(finished, stub, alpha, normalization, [limit])
-    assert sorted(_hypotheses(finished.ids[0], finished.lengths[0])) == [[EOS_ID], [A, EOS_ID]]
+    assert sorted(hypothesis_ids(finished.ids[0], finished.lengths[0])) == [[EOS_ID], [A, EOS_ID]]
 
     stub.rows.clear()
     bound = sequence_beam_search(stub.start([[A, EOS_ID]], beams=2, extra_length=limit - 2),
@@ -129,7 +129,7 @@ def test_finished_stops_when_k_hypotheses_have_ended_where_the_bound_goes_on(
     assert stub.steps == bound_steps and bound.steps.numpy().tolist() == [bound_steps]
     _assert_well_formed(bound, stub, alpha, normalization, [limit])
     score, best = _exhaustive_best(stub, alpha, normalization, limit)
-    assert _hypotheses(bound.ids[:, 0], bound.lengths[:, 0]) == [best]
+    assert hypothesis_ids(bound.ids[:, 0], bound.lengths[:, 0]) == [best]
     np.testing.assert_allclose(bound.scores[0, 0], score, rtol=1e-5)
 
 

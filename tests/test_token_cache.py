@@ -231,7 +231,7 @@ def test_train_wmt_with_and_without_the_cache_trains_alike(tmp_path, capsys,
     `one_replica_reference`, the same flags) and --no-token-cache; the cache's counts are
     logged as the length check's; a rerun reuses the cache, and one with another
     --max-length rebuilds it."""
-    from test_reliability import model_tensors, script_args, train_wmt
+    from support.reliability import model_tensors, script_args, train_wmt
 
     data, reference = one_replica_reference["corpus"], one_replica_reference["run"]
     capsys.readouterr()

@@ -7,8 +7,8 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 from conftest import TINY_EXPORT_OPTIONS, tiny_export_translator
-from test_serving import run_script
-from test_steering import SOURCES, nbest_inputs
+from support.serving import run_script
+from support.steering import SOURCES, nbest_inputs
 
 from tfxformer import Transformer
 from tfxformer.decoding import beam_search, score_targets
@@ -151,14 +151,14 @@ def test_hypotheses_keep_the_two_field_form_and_write_a_token_field():
 
 
 def test_token_scores_need_n_best_and_no_ctranslate2_model(tmp_path, capsys):
-    from test_ctranslate2 import _fake_ct2_dir
-    from test_serving import load_script
+    from support.ctranslate2 import fake_ct2_dir
+    from support.serving import load_script
 
     with pytest.raises(SystemExit) as exit_:
         load_script("translate").main(["--model", str(tmp_path), "--token-scores"])
     assert exit_.value.code == 2 and "--token-scores adds a field" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
-        load_script("translate").main(["--model", _fake_ct2_dir(tmp_path / "ct2"),
+        load_script("translate").main(["--model", fake_ct2_dir(tmp_path / "ct2"),
                                        "--n-best", "2", "--token-scores"])
     assert exit_.value.code == 2
     assert "not each token's log-probability" in capsys.readouterr().err

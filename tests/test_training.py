@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from conftest import SHARED_DATA
-from test_data_tfds_source import tfds_metadata
+from support.data_tfds_source import tfds_metadata
 
 from tfxformer import Transformer, precision
 from tfxformer.pretrained import load_run_dir

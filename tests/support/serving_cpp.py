@@ -1,0 +1,38 @@
+"""The C++ serving path's program (test_serving_cpp.py, test_compiled_search.py): what it
+needs from the installed wheels, and its build (bench/serving_memory.py's)."""
+
+import importlib.util
+import os
+import shutil
+
+import tensorflow as tf
+import tensorflow_text
+
+BENCH_SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "bench", "serving_memory.py")
+TF_DIR = os.path.dirname(tf.__file__)
+OP_LIBRARY = os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops",
+                          "_sentencepiece_tokenizer.so")
+
+
+def missing():
+    """Why the C++ program cannot be built here, or None."""
+    if not (shutil.which("g++") or shutil.which("c++")):
+        return "no C++ compiler (g++ or c++) on PATH"
+    for path, what in ((os.path.join(tf.sysconfig.get_include(), "tensorflow", "cc",
+                                     "saved_model", "loader.h"), "TensorFlow C++ headers"),
+                       (os.path.join(TF_DIR, "libtensorflow_cc.so.2"), "libtensorflow_cc.so.2"),
+                       (OP_LIBRARY, "tensorflow-text's SentencePiece op library")):
+        if not os.path.exists(path):
+            return f"the installed wheel has no {what} ({path})"
+    return None
+
+
+def build_program(cache_dir):
+    """The path of the compiled program: the one build of it, bench/serving_memory.py's,
+    cached in `cache_dir` under a hash of its source and the compile flags."""
+    spec = importlib.util.spec_from_file_location("serving_memory", BENCH_SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.build_program(cache_dir)
