@@ -155,7 +155,7 @@ def _quantized():
 @pytest.mark.parametrize("build", [_windowed, _without_biases, _quantized])
 def test_every_decoder_the_layers_build(build, static_cache):
     model = build()
-    for layers, step_logits in _steps(model, _source(), beams=1, steps=6,
+    for layers, step_logits in _steps(model, _source(), beams=1, steps=4,
                                       static_cache=static_cache):
         np.testing.assert_allclose(step_logits, layers, rtol=0, atol=2e-5)
 
