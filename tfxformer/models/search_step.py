@@ -38,7 +38,7 @@ S source length, L output columns.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python import xla as tfxla
@@ -164,18 +164,24 @@ class SearchStep:
         index = tf.cast(index, tf.int32)
         x = tf.gather(self.input_embeddings, tf.reshape(ids, [-1])) * self.width ** 0.5
         x = x + tf.cast(tf.gather(self.positions, index), self.dtype)  # (N, D)
+        # How far back each self-attention key is, once a step for every layer that masks
+        # (the cache's L columns with a static cache, positions 0 .. index growing).
+        back = None
+        if self.static_cache or any(layer.window is not None for layer in self.layers):
+            keys = tf.shape(self_cache[0]["key"])[2] + (0 if self.static_cache else 1)
+            back = index - tf.range(keys)
         new_cache = []
         for layer, cache, kv in zip(self.layers, self_cache, memory, strict=True):
-            x, cache = self._layer(layer, x, index, cache, kv, cross_mask, beams)
+            x, cache = self._layer(layer, x, index, back, cache, kv, cross_mask, beams)
             new_cache.append(cache)
         if self.final_norm is not None:
             x = self._normed(x, self.final_norm)
         return self.project(x)[:, None, :], new_cache
 
-    def _layer(self, layer, x, index, cache, kv, cross_mask, beams):
+    def _layer(self, layer, x, index, back, cache, kv, cross_mask, beams):
         norms = layer.norms
         y = self._sublayer_input(x, norms["self"])
-        out, cache = self._self_attention(layer, y, index, cache)
+        out, cache = self._self_attention(layer, y, index, back, cache)
         x = self._combine(x, out, norms["self"])
         y = self._sublayer_input(x, norms["cross"])
         out = self._cross_attention(layer.affine, y, kv, cross_mask, beams)
@@ -185,19 +191,18 @@ class SearchStep:
         out = self._dense(layer, "outer", hidden)
         return self._combine(x, out, norms["feed_forward"]), cache
 
-    def _self_attention(self, layer, y, index, cache):
-        """y (N, D) -> ((N, D), the cache with this position's keys and values)."""
+    def _self_attention(self, layer, y, index, back, cache):
+        """y (N, D) -> ((N, D), the cache with this position's keys and values); `back`
+        (keys,) int32: how far back each key is from `index` (None: no layer masks)."""
         heads = [-1, self.heads, 1, self.head_dim]  # (N, D) -> (N, H, 1, K): T = 1
         q, k, v = tf.split(self._apply(y, layer.affine["self_qkv"]), 3, axis=-1)
         q = tf.reshape(q, heads) * tf.cast(self.head_dim ** -0.5, q.dtype)
         cache = {name: self._written(cache[name], tf.reshape(new, heads), index)
                  for name, new in (("key", k), ("value", v))}
-        keys = tf.shape(cache["key"])[2]
         mask = None
         if self.static_cache or layer.window is not None:
             # positions 0 .. index (the unwritten columns of a static cache are masked),
             # and within the window r back (§4, restricted self-attention)
-            back = index - tf.range(keys)
             mask = back >= 0
             if layer.window is not None:
                 mask &= back <= layer.window
@@ -227,7 +232,7 @@ class SearchStep:
         return self._apply(tf.reshape(context, [-1, self.width]), affine["cross_output"])
 
     def _dense(self, layer, name, x):
-        quantized: Any = layer.dense.get(name)
+        quantized = layer.dense.get(name)
         if quantized is not None:
             return tf.cast(quantized(x), self.dtype)
         return self._apply(x, layer.affine[name])
