@@ -8,7 +8,7 @@ alpha 0; an ensemble export too), a trained run dir (optionally --checkpoint, e.
 RUN/checkpoints/ckpt-5000 for the model before averaging), a preset dir of
 Transformer.save_to_preset (evaluated as a run dir is), or a CTranslate2 model directory
 (scripts/export.py --format ctranslate2; optionally --compute-type), loaded by
-tfxformer.serving.ctranslate2's load_translate_fn. With --metric multi30k each row also has
+tfxformer.serving.load_translate_fn. With --metric multi30k each row also has
 the BLEU Multi30k papers report (lowercased, normalised, Moses tokenized, against
 DATA/tok/SET.lc.norm.tok.TGT). Prints a markdown table and one JSON line per row; --hyp-dir
 keeps the translations.

@@ -3,7 +3,7 @@
 Beam's stock `TFModelHandlerTensor` calls a Keras model or a SavedModel's default function
 on a batched tensor; a translator export's `serving_default` takes a (N,) string tensor
 `text` and returns `translation`, and the package already has the one loader that opens
-every model form it writes (:func:`tfxformer.serving.ctranslate2.load_translate_fn`:
+every model form it writes (:func:`tfxformer.serving.load_translate_fn`:
 SavedModel, export dir, ensemble, run dir, preset dir, CTranslate2 dir) and sorts a batch
 by length before decoding it. This handler calls that loader once per worker process
 (Beam keeps the loaded model for every bundle the process runs) and hands it Beam's

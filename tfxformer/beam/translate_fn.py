@@ -71,7 +71,7 @@ class BeamTranslateFn:
 
 def load_translate_fn(path, pipeline_args=(), batch_size=None, **options) -> BeamTranslateFn:
     """:class:`BeamTranslateFn` for the model at `path`, with the keyword arguments of
-    :func:`tfxformer.serving.ctranslate2.load_translate_fn` (beam_size, alpha,
+    :func:`tfxformer.serving.load_translate_fn` (beam_size, alpha,
     extra_length, target_language, precision, checkpoint, compute_type, stopping,
     length_normalization) and Beam's `pipeline_args`, a list of flags or one string
     ("--runner DirectRunner --direct_num_workers 2")."""
