@@ -143,7 +143,11 @@ def test_translator_over_an_ensemble_captures_every_member(members, spm_model,
     assert _strings(twice(tf.constant(TEXTS))) == _strings(one(tf.constant(TEXTS)))
     both = ensemble_translator
     captured = {id(v) for v in both.__call__.get_concrete_function().variables}
-    assert captured >= {id(w.value) for m in members for w in m.weights}
+    # each member's own weights, or those its search derives from them beforehand
+    derived = [[v for v in tf.nest.flatten(d) if v is not None] for d in both.derived_weights]
+    assert len(derived) == len(members) and all(derived)
+    assert captured >= {id(v) for d in derived for v in d}
+    assert captured >= {id(m.embedding.embeddings.value) for m in members}
     assert both.model == list(members) and one.model is members[0]
 
 

@@ -52,6 +52,10 @@ def test_a_lean_export_holds_the_asked_signatures_and_translates_as_the_full_one
     assert sorted(lean_weights) == sorted(full_weights)
     for key, value in lean_weights.items():
         np.testing.assert_array_equal(value, full_weights[key])
+    # The search reads the weights derived beforehand (the transposed embedding ...),
+    # saved beside the model's own.
+    assert lean.derived_weights and {
+        v.name for v in lean.derived_weights} <= {v.name for v in lean.translate.variables}
     got, expected = (s.signatures["serving_default"](text=tf.constant(TEXTS))
                      for s in (lean, full))
     assert got["translation"].numpy().tolist() == expected["translation"].numpy().tolist()

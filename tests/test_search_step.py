@@ -11,7 +11,7 @@ from tfxformer import Transformer
 from tfxformer.decoding import beam_search, greedy_decode
 from tfxformer.decoding.adapter import transformer_decoder
 from tfxformer.decoding.beam_search import sequence_beam_search
-from tfxformer.models.search_step import SearchStep
+from tfxformer.models.search_step import SearchStep, derived_weights
 
 VOCAB = 60
 
@@ -168,5 +168,24 @@ def test_a_subclass_with_its_own_step_keeps_it():
     tf.random.set_seed(3)
     model = Custom.from_preset("tiny", vocab_size=VOCAB)
     assert model.search_step(4) is None
+    assert model.search_step_weights() is None
     start = transformer_decoder(model, _source(), 1)  # the subclass' decode_step
     assert "source_mask" in start.context
+
+
+@pytest.mark.parametrize("static_cache", [False, True])
+def test_weights_derived_beforehand_give_the_same_logits(static_cache):
+    # An export keeps the derived weights as variables; the step is the same computation.
+    model, source = _model(), _source()
+    memory, mask = model.encode(source)
+    cache = model.init_cache(memory, 6 if static_cache else None, batch_size=6)
+    derived = tf.nest.map_structure(
+        lambda t: None if t is None else tf.Variable(t), model.search_step_weights())
+    assert derived["output_kernel"].shape == (model.model_config.d_model, VOCAB)
+    ids, memory = tf.fill([6, 1], 2), [c["cross"] for c in cache]
+    self_cache = [c["self"] for c in cache]
+    logits = [SearchStep(model, 6, static_cache=static_cache, derived=d)(
+        ids, 0, self_cache, memory, mask[:, None, None, :], 2)[0] for d in (None, derived)]
+    np.testing.assert_array_equal(logits[0], logits[1])
+    tf.nest.map_structure(lambda a, b: np.testing.assert_array_equal(a, b),
+                          derived_weights(model), derived)

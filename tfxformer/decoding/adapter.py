@@ -57,8 +57,10 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
     (N, V') over the shortlist's rows of the shared embedding, gathered here once; map
     the search's output with :func:`tfxformer.decoding.shortlist.to_vocabulary`.
 
-    The step is the model's `search_step(L, rows, static_cache)` (one implementation for
-    every search, either cache: :class:`tfxformer.models.search_step.SearchStep`), or
+    The step is the model's `search_step(L, rows, static_cache, derived)` (one
+    implementation for every search, either cache:
+    :class:`tfxformer.models.search_step.SearchStep`; `derived`: an export's
+    precomputed weights, :func:`tfxformer.decoding.model_calls.derived_weights`), or
     `model.decode_step` for a model without one (or whose `search_step` returns None).
     The prefill function (a forced target prefix in one pass) is `model.decode_step` on
     one row per sentence, into the same cache layout.
@@ -80,7 +82,8 @@ def transformer_decoder(model, source_ids, beams=1, extra_length=DEFAULTS.extra_
     memory = [c["cross"] for c in cache]
     step = None
     if hasattr(model, "search_step"):
-        step = model.search_step(length, logit_rows, static_cache)
+        step = model.search_step(length, logit_rows, static_cache,
+                                 model_calls.derived_weights(model))
     if step is not None:
         context = {"memory": memory, "cross_mask": source_mask[:, None, None, :]}
 

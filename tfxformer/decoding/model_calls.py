@@ -17,6 +17,11 @@ calls. Each is written once in the SavedModel: an export of a shipped model is a
 smaller and faster to make, and loads in less memory (bench/README.md, "Serving memory").
 The calls run once per batch, outside the search's loop: they add nothing per step.
 
+An export also keeps, per model, the weights its searches would otherwise derive from the
+model's variables at every call (the shared embedding transposed for the output
+projection, the self-attention projections joined): :func:`keep_derived_weights` puts them
+in the same dict, :func:`derived_weights` hands them to the search.
+
 Outside :func:`traced_once` (a search called on its own, eagerly or in a user's
 `tf.function`), :func:`encode` is `model.encode` and :func:`decode` `model.decode`.
 """
@@ -27,7 +32,7 @@ import contextvars
 
 import tensorflow as tf
 
-__all__ = ["decode", "encode", "traced_once"]
+__all__ = ["decode", "derived_weights", "encode", "keep_derived_weights", "traced_once"]
 
 # {(id(model), method name): (model, its tf.function)} of the innermost traced_once, or None.
 _FUNCTIONS = contextvars.ContextVar("tfxformer_shared_functions", default=None)
@@ -80,3 +85,17 @@ def decode(model, target_ids, memory, source_mask):
     if function is None:
         return model.decode(target_ids, memory, source_mask)
     return function(tf.cast(target_ids, tf.int32), memory, source_mask)
+
+
+def keep_derived_weights(functions: dict, model, derived):
+    """Keeps `derived` (:func:`tfxformer.models.search_step.derived_weights` of `model`,
+    as the export's variables) in `functions`, for :func:`derived_weights`."""
+    functions[id(model), "derived_weights"] = (model, derived)
+
+
+def derived_weights(model):
+    """The weights :func:`keep_derived_weights` kept for `model` in the innermost
+    :func:`traced_once`, or None (outside one, or none kept): the search derives them."""
+    functions = _FUNCTIONS.get()
+    entry = None if functions is None else functions.get((id(model), "derived_weights"))
+    return None if entry is None else entry[1]

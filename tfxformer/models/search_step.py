@@ -77,23 +77,43 @@ def _norm(layer):
                  layer.epsilon)
 
 
-def _read_layer(layer, dtype):
-    self_attention, cross = layer.self_attention, layer.cross_attention
+def _bias(attention, name):
+    return getattr(attention, f"{name}_bias") if attention.use_bias else None
 
-    def bias(attention, name):
-        return getattr(attention, f"{name}_bias") if attention.use_bias else None
 
-    parts = [_affine(getattr(self_attention, f"{name}_kernel"), bias(self_attention, name),
+def _joined_qkv(self_attention, dtype):
+    """(kernel (D, 3D), bias (3D,) or None): a self-attention's query, key and value
+    projections joined into one."""
+    parts = [_affine(getattr(self_attention, f"{name}_kernel"), _bias(self_attention, name),
                      dtype) for name in ("query", "key", "value")]
-    qkv = _Affine(tf.concat([p.kernel for p in parts], axis=1),
-                  None if parts[0].bias is None else tf.concat([p.bias for p in parts], 0))
-    affine = {"self_qkv": qkv,
-              "self_output": _affine(self_attention.output_kernel,
-                                     bias(self_attention, "output"), dtype)}
+    return (tf.concat([p.kernel for p in parts], axis=1),
+            None if parts[0].bias is None else tf.concat([p.bias for p in parts], 0))
+
+
+def derived_weights(model, output_kernel=True):
+    """The tensors :class:`SearchStep` computes from `model`'s variables, in its compute
+    dtype: {"output_kernel": (D, V) the shared embedding transposed, "self_qkv": per
+    decoder layer (kernel (D, 3D), bias (3D,) or None)}. A search computes them at every
+    call unless given them (`SearchStep(..., derived=...)`): an export keeps them as
+    variables of their own (:class:`tfxformer.serving.Translator`), where transposing a
+    vocabulary's embedding costs a request more than a millisecond. `output_kernel=False`:
+    without it (None; a search over a shortlist's rows)."""
+    dtype = model.compute_dtype
+    kernel = tf.transpose(tf.cast(model.embedding.embeddings, dtype)) if output_kernel else None
+    return {"output_kernel": kernel,
+            "self_qkv": [_joined_qkv(layer.self_attention, dtype)
+                         for layer in model.decoder.stack]}
+
+
+def _read_layer(layer, dtype, qkv):
+    cross = layer.cross_attention
+    affine = {"self_qkv": _Affine(*qkv),
+              "self_output": _affine(layer.self_attention.output_kernel,
+                                     _bias(layer.self_attention, "output"), dtype)}
     # The memory's cross-attention keys and values are projected once (init_cache).
     for name in ("query", "output"):
-        affine[f"cross_{name}"] = _affine(getattr(cross, f"{name}_kernel"), bias(cross, name),
-                                          dtype)
+        affine[f"cross_{name}"] = _affine(getattr(cross, f"{name}_kernel"),
+                                          _bias(cross, name), dtype)
     dense = {}
     for name in ("inner", "outer"):
         layer_ = getattr(layer.feed_forward, name)
@@ -104,18 +124,17 @@ def _read_layer(layer, dtype):
     norms = {"self": _norm(layer.self_attention_block.norm),
              "cross": _norm(layer.cross_attention_block.norm),
              "feed_forward": _norm(layer.feed_forward_block.norm)}
-    return _Layer(affine, norms, self_attention.window, dense)
+    return _Layer(affine, norms, layer.self_attention.window, dense)
 
 
-def output_projection(rows, dtype):
-    """The tied output projection of a search: `x` (N, D) -> (N, V') float32 logits over
-    `rows` (V', D) of the shared embedding (§3.4), as one 2-D MatMul against a (D, V')
-    kernel transposed once, here, before the search's loop.
+def output_projection(kernel):
+    """The tied output projection of a search: `x` (N, D) -> (N, V') float32 logits, one
+    2-D MatMul against `kernel` (D, V'): rows of the shared embedding (§3.4), transposed
+    before the search's loop.
 
     Not `tf.matmul(x[:, None, :], rows, transpose_b=True)`: where TensorFlow runs Eigen
     (CPUs without AVX-512, or `TF_ENABLE_ONEDNN_OPTS=0`) that broadcast batched matmul
     is one matrix-vector product per row, reading the whole (V', D) table N times."""
-    kernel = tf.transpose(tf.cast(rows, dtype))  # (D, V')
     return lambda x: tf.cast(tf.matmul(x, kernel), tf.float32)
 
 
@@ -123,7 +142,7 @@ class SearchStep:
     """The step function of a search on `model`, weights read when it is built.
 
     Build it outside the search's loop (its tensors are then loop inputs, read once):
-    `SearchStep(model, columns, logit_rows=None, static_cache=False)`, then
+    `SearchStep(model, columns, logit_rows=None, static_cache=False, derived=None)`, then
     `step(ids, index, self_cache, memory, cross_mask, beams)` -> ((N, 1, V) float32
     logits, new self cache).
 
@@ -135,9 +154,11 @@ class SearchStep:
         static_cache: False: the self cache per layer {"key", "value"} (N, H, index, K)
             grows by one position a step; True: it holds L positions (N, H, L, K), each
             step writing its own in place (fixed shapes, for XLA).
+        derived: :func:`derived_weights` of `model` computed beforehand (an export's
+            variables), or None: computed here.
     """
 
-    def __init__(self, model, columns, logit_rows=None, static_cache=False):
+    def __init__(self, model, columns, logit_rows=None, static_cache=False, derived=None):
         config = model.model_config
         self.dtype = model.compute_dtype
         self.static_cache = bool(static_cache)
@@ -147,13 +168,18 @@ class SearchStep:
         self.embeddings = tf.convert_to_tensor(model.embedding.embeddings)  # float32
         # The layers' calls read their tables autocast to the compute dtype (Keras).
         self.input_embeddings = tf.cast(self.embeddings, self.dtype)
+        if derived is None:
+            derived = derived_weights(model, output_kernel=logit_rows is None)
         self.project = output_projection(
-            self.embeddings if logit_rows is None else logit_rows, self.dtype)
+            derived["output_kernel"] if logit_rows is None
+            else tf.transpose(tf.cast(logit_rows, self.dtype)))
         if model.position.kind == "sinusoidal":
             self.positions = sinusoidal_encoding(tf.range(columns), config.d_model)
         else:
             self.positions = tf.cast(model.position.position_embeddings, self.dtype)
-        self.layers = [_read_layer(layer, self.dtype) for layer in model.decoder.stack]
+        self.layers = [_read_layer(layer, self.dtype, qkv)
+                       for layer, qkv in zip(model.decoder.stack, derived["self_qkv"],
+                                             strict=True)]
         final = model.decoder.final_norm
         self.final_norm = None if final is None else _norm(final)
 

@@ -166,19 +166,31 @@ class Transformer(keras.Model):
         kernel = tf.cast(logit_rows, out.dtype)  # as SharedEmbedding.logits, on V' rows
         return tf.cast(matmul_last(out, kernel, transpose_b=True), tf.float32), cache
 
-    def search_step(self, columns, logit_rows=None, static_cache=False):
+    def search_step(self, columns, logit_rows=None, static_cache=False, derived=None):
         """The step function every search runs on this model, its weights read now
         (:class:`tfxformer.models.search_step.SearchStep`: `decode_step`'s logits for one
         token per row, in fewer ops), or None for a subclass with its own `decode_step`
         (then the search takes that). `columns`: the output positions the search may
         reach (L); `logit_rows` (V', D): the embedding rows the logits are over (a
         vocabulary shortlist), or None; `static_cache`: a cache of L positions written in
-        place (XLA), else one that grows a position a step."""
+        place (XLA), else one that grows a position a step; `derived`: the step's
+        :func:`~tfxformer.models.search_step.derived_weights`, computed beforehand (an
+        export keeps them as variables), or None."""
         if type(self).decode_step is not Transformer.decode_step:
             return None
         if not self.built:
             self.build()
-        return search_step.SearchStep(self, columns, logit_rows, static_cache)
+        return search_step.SearchStep(self, columns, logit_rows, static_cache, derived)
+
+    def search_step_weights(self):
+        """What :meth:`search_step` derives from the variables at every call unless given
+        it (:func:`~tfxformer.models.search_step.derived_weights`), computed now; None
+        where there is no search step."""
+        if type(self).decode_step is not Transformer.decode_step:
+            return None
+        if not self.built:
+            self.build()
+        return search_step.derived_weights(self)
 
     def call(self, inputs, training=None):
         source_ids, target_ids = _unpack_inputs(inputs)

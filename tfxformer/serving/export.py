@@ -35,7 +35,10 @@ stock TF Serving.
 
 A vocabulary shortlist (:mod:`tfxformer.decoding.shortlist`) is built from the run's
 training data at export time (:func:`shortlist_from_data`); its table is saved as two
-int32 variables (`shortlist_table`, `shortlist_frequent`) beside `model_variables`.
+int32 variables (`shortlist_table`, `shortlist_frequent`) beside `model_variables`. The
+weights a search step would derive from the model's at every request (the embedding
+transposed for the output projection, the self-attention projections joined:
+:func:`tfxformer.models.search_step.derived_weights`) are saved as `derived_weights`.
 
 An ensemble (:func:`export_ensemble`) is one SavedModel of several trained models that
 share a vocabulary: the same signatures and assets, its beam search scoring each step
@@ -211,8 +214,15 @@ def _save(translator, path, sources, config, names):
     captured = {}
     for function in signatures.values():
         captured.update((id(v), v) for v in function.variables)
+    # Every weight of the models, also those a search reads only through the derived
+    # weights (a re-export or a CTranslate2 conversion of any export loses nothing).
+    for model in translator.models:
+        captured.update((id(w.value), w.value) for w in model.weights)  # Keras' tf.Variable
     shortlist = {id(v) for v in translator.shortlist_variables}
-    root.model_variables = [v for k, v in captured.items() if k not in shortlist]
+    derived = {id(v) for v in tf.nest.flatten(translator.derived_weights) if v is not None}
+    root.model_variables = [v for k, v in captured.items()
+                            if k not in shortlist and k not in derived]
+    root.derived_weights = [v for k, v in captured.items() if k in derived]
     if shortlist:
         root.shortlist_table, root.shortlist_frequent = translator.shortlist_variables
     contents = {SPM_FILENAME: translator.sentencepiece_model,

@@ -50,6 +50,12 @@ def signature(*specs):
     return decorate
 
 
+def _as_variables(tensors):
+    """A structure of tensors (None kept) as non-trainable tf.Variables."""
+    return tf.nest.map_structure(
+        lambda t: None if t is None else tf.Variable(t, trainable=False), tensors)
+
+
 class Translator(tf.Module):
     """Translates a batch of strings: tokenize → encode → beam search → detokenize (§6.1).
 
@@ -148,6 +154,13 @@ class Translator(tf.Module):
         self.models = models  # tracked: every member's variables are the module's
         # Each member's encoder and decoder functions, traced once for all the signatures.
         self.__dict__["_shared_functions"] = {}  # untracked: holds the models again
+        # What each member's search step would derive from its variables at every call
+        # (the embedding transposed for the output projection, ...), kept as variables.
+        self.derived_weights = [_as_variables(member.search_step_weights())
+                                for member in models]
+        for member, derived in zip(models, self.derived_weights, strict=True):
+            if derived is not None:
+                model_calls.keep_derived_weights(self._shared_functions, member, derived)
         self.model = models[0] if len(models) == 1 else self.models
         self.sentencepiece_model = sentencepiece_model  # also written as an export asset
         options = DecodingOptions().replace(
