@@ -21,7 +21,9 @@ python -m pytest -q -p no:warnings -n 3 --dist loadfile --no-loadscope-reorder -
 # Apache Beam's tests (tests/test_beam.py, its fast tier) in an environment of their own,
 # .venv-beam with tfxformer[test,beam]: Beam pins protobuf < 7, so the suite above runs with
 # the protobuf users of the core package get, and these with Beam's (setup.py, "beam").
-# About a minute and a half on 2 cores, the install included. TFXFORMER_BEAM_TESTS=0 skips.
+# The fast tier: the readers, the output formats and one pipeline per signature on the tiny
+# export, run in the test process (the slow tests start the script's processes).
+# TFXFORMER_BEAM_TESTS=0 skips them.
 if [ "${TFXFORMER_BEAM_TESTS:-1}" != 0 ]; then
   [ -x .venv-beam/bin/python ] || "${PYTHON:-python3.11}" -m venv .venv-beam
   if command -v uv > /dev/null; then
