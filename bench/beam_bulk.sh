@@ -24,6 +24,9 @@ watch_rss() {  # "pid rss_kib role" every second for process $1 and its descenda
       role[$1] = ($0 ~ /sdk_worker_main/) ? "Beam-worker" : ($0 ~ /spawn_main/) ? "pipeline-process" : "launcher"
       shell[$1] = ($4 ~ /(^|\/)(sh|nice)$/ || $0 ~ /resource_tracker/) }
       END { for (p in parent) { q = p; while (q != root && q in parent && q > 1) q = parent[q]
+                                # translate_beam.py forks its pipeline process: same command line
+                                if (p != root && parent[p] == root && !shell[root] && role[p] == "launcher")
+                                  role[p] = "pipeline-process"
                                 if (q == root && !shell[p]) print p, rss[p], role[p] } }'
     sleep 1
   done
