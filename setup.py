@@ -44,8 +44,9 @@ setup(
         # tfxformer.beam, scripts/translate_beam.py (docs/beam.md): Apache Beam 2.78 takes
         # TensorFlow < 2.22 and Python 3.11. It needs protobuf < 7, so it installs 6.33 where
         # TensorFlow alone gets 7.x (both within TensorFlow's >= 6.31.1, < 8). Not in "test":
-        # the suite would then test the core package with another protobuf than users get
-        # (tests/test_beam.py runs where Beam is installed, skips elsewhere).
+        # the suite would then test the core package with another protobuf than users get;
+        # scripts/test.sh runs tests/test_beam.py in a second environment, .venv-beam, with
+        # "test" and "beam" (it skips where Beam is not installed).
         "beam": ["apache-beam==2.78.*"],
         # gRPC client of scripts/serving_client.py (the protos are installed anyway)
         "serving": ["tensorflow-serving-api==2.21.*"],

@@ -79,14 +79,6 @@ def read_pairs(src, tgt):
             yield source.rstrip(b"\r\n"), target.rstrip(b"\r\n")
 
 
-def format_score(score, tokens=False):
-    """One output line (without its newline) of a :class:`PairScore`."""
-    columns = [f"{score.log_prob:.4f}", f"{score.mean_log_prob:.4f}"]
-    if tokens:
-        columns.append(" ".join(f"{x:.4f}" for x in score.token_log_probs))
-    return "\t".join(columns)
-
-
 def score_stream(score, pairs, batch_size):
     """Yields a :class:`PairScore` per pair, in order: reads `batch_size * BUFFER_BATCHES`
     pairs ahead and scores them."""
@@ -107,6 +99,7 @@ def main(argv=None):
                      "by line")
     from tfxformer.locate import resolve
     from tfxformer.serving import load_score_fn
+    from tfxformer.serving.scoring import format_score
     from tfxformer.serving.signatures import KINDS
 
     try:

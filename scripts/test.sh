@@ -17,3 +17,19 @@ ruff check .
 # marked user_env, documented commands among them, start their processes as users do.
 # The 20 slowest tests are listed at the end: what to look at when the suite grows.
 python -m pytest -q -p no:warnings -n 3 --dist loadfile --no-loadscope-reorder --durations=20 tests "$@"
+
+# Apache Beam's tests (tests/test_beam.py, its fast tier) in an environment of their own,
+# .venv-beam with tfxformer[test,beam]: Beam pins protobuf < 7, so the suite above runs with
+# the protobuf users of the core package get, and these with Beam's (setup.py, "beam").
+# The fast tier: the readers, the output formats and one pipeline per signature on the tiny
+# export, run in the test process (the slow tests start the script's processes).
+# TFXFORMER_BEAM_TESTS=0 skips them.
+if [ "${TFXFORMER_BEAM_TESTS:-1}" != 0 ]; then
+  [ -x .venv-beam/bin/python ] || "${PYTHON:-python3.11}" -m venv .venv-beam
+  if command -v uv > /dev/null; then
+    uv pip install -q --compile-bytecode --python .venv-beam/bin/python -e ".[test,beam]"
+  else
+    .venv-beam/bin/python -m pip install -q -e ".[test,beam]"
+  fi
+  .venv-beam/bin/python -m pytest -q -p no:warnings -m "not slow" tests/test_beam.py
+fi

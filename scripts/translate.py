@@ -89,24 +89,7 @@ def parse_args(argv=None):
     steering = parser.add_argument_group(
         "steering", "control of the output (docs/steering.md; a SavedModel needs the "
         "`translate_nbest` signature: re-export an older one with scripts/export.py)")
-    steering.add_argument("--n-best", type=cli.int_at_least(1), metavar="K",
-                          help="print each line's K best translations (K <= the beam size) "
-                               "as Moses n-best lines 'i ||| translation ||| score', i the "
-                               "input line from 0, best first")
-    steering.add_argument("--token-scores", action="store_true",
-                          help="with --n-best: add a fourth field to each line, each "
-                               "SentencePiece piece of the translation and its "
-                               "log-probability, 'piece=log-prob' separated by spaces (the "
-                               "EOS '</s>' last; they add up to the score times the length "
-                               "normalizer); as Moses appends its alignment field. Not with a "
-                               "CTranslate2 model")
-    steering.add_argument("--no-repeat-ngram-size", type=cli.int_at_least(0), metavar="N",
-                          help="never repeat an n-gram of N tokens in an output (0 = off) "
-                               "(default: 0)")
-    steering.add_argument("--repetition-penalty", type=cli.float_in(0.0, float("inf")),
-                          metavar="P", help="divide the positive logits of tokens an output "
-                          "already holds by P and multiply their negative ones (P > 1 "
-                          "discourages repeats; 1 = off) (default: 1)")
+    cli.add_nbest_flags(steering)
     steering.add_argument("--target-prefix-file", metavar="FILE",
                           help="one target prefix per input line (an empty line = none): "
                                "each output starts with it; with --n-best K > 1 the list "
@@ -128,21 +111,7 @@ def parse_args(argv=None):
         "sampling", "one translation per line drawn from the model instead of beam search "
         "(a SavedModel needs the `translate_sampled` signature: re-export an older one "
         "with scripts/export.py)")
-    sampling.add_argument("--sampling-topk", type=cli.int_at_least(0), metavar="K",
-                          help="sample each token from the K most probable (e.g. 10); 0 = "
-                               "from the whole vocabulary; 1 = greedy. Not with --beam-size "
-                               "> 1 or --alpha")
-    sampling.add_argument("--sampling-temperature", type=cli.float_in(0.0, float("inf")),
-                          metavar="T", help="divide the logits by T before sampling: < 1 "
-                          f"sharper, > 1 flatter (default: {defaults.sampling_temperature})")
-    sampling.add_argument("--sampling-topp", type=cli.float_in(0.0, 1.0), metavar="P",
-                          help="nucleus sampling: only the most probable tokens whose "
-                               "probabilities reach P (default: "
-                               f"{defaults.sampling_topp}, all)")
-    sampling.add_argument("--seed", type=cli.int_at_least(0), metavar="S",
-                          help="seed of the draws: the same seed, input and --batch-size "
-                               "give the same output (default: a random seed, printed to "
-                               "stderr)")
+    cli.add_sampling_flags(sampling, defaults)
     args = parser.parse_args(argv)
     _check_sampling_flags(parser, args)
     return parser, args

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import math
 
-__all__ = ["add_search_flags", "float_in", "int_at_least", "named_weight",
-           "non_negative_float"]
+__all__ = ["add_nbest_flags", "add_sampling_flags", "add_search_flags", "float_in",
+           "int_at_least", "named_weight", "non_negative_float"]
 
 
 def int_at_least(low):
@@ -84,3 +84,47 @@ def add_search_flags(parser, defaults, own="a SavedModel's own"):
     parser.add_argument("--batch-size", type=int_at_least(1), default=defaults.batch_size,
                         metavar="N", help="sentences per translation call (default: "
                         "%(default)s)")
+
+
+def add_nbest_flags(group):
+    """Adds --n-best, --token-scores, --no-repeat-ngram-size and --repetition-penalty (the
+    `translate_nbest` signature's options) to the parser or argument group `group`."""
+    group.add_argument("--n-best", type=int_at_least(1), metavar="K",
+                   help="print each line's K best translations (K <= the beam size) "
+                        "as Moses n-best lines 'i ||| translation ||| score', i the "
+                        "input line from 0, best first")
+    group.add_argument("--token-scores", action="store_true",
+                   help="with --n-best: add a fourth field to each line, each "
+                        "SentencePiece piece of the translation and its "
+                        "log-probability, 'piece=log-prob' separated by spaces (the "
+                        "EOS '</s>' last; they add up to the score times the length "
+                        "normalizer); as Moses appends its alignment field. Not with a "
+                        "CTranslate2 model")
+    group.add_argument("--no-repeat-ngram-size", type=int_at_least(0), metavar="N",
+                   help="never repeat an n-gram of N tokens in an output (0 = off) "
+                        "(default: 0)")
+    group.add_argument("--repetition-penalty", type=float_in(0.0, float("inf")),
+                   metavar="P", help="divide the positive logits of tokens an output "
+                   "already holds by P and multiply their negative ones (P > 1 "
+                   "discourages repeats; 1 = off) (default: 1)")
+
+
+def add_sampling_flags(group, defaults):
+    """Adds --sampling-topk, --sampling-temperature, --sampling-topp and --seed (the
+    `translate_sampled` signature's options; defaults from `defaults`, a
+    :class:`tfxformer.config.DecodingOptions`) to the parser or argument group `group`."""
+    group.add_argument("--sampling-topk", type=int_at_least(0), metavar="K",
+                   help="sample each token from the K most probable (e.g. 10); 0 = "
+                        "from the whole vocabulary; 1 = greedy. Not with --beam-size "
+                        "> 1 or --alpha")
+    group.add_argument("--sampling-temperature", type=float_in(0.0, float("inf")),
+                   metavar="T", help="divide the logits by T before sampling: < 1 "
+                   f"sharper, > 1 flatter (default: {defaults.sampling_temperature})")
+    group.add_argument("--sampling-topp", type=float_in(0.0, 1.0), metavar="P",
+                   help="nucleus sampling: only the most probable tokens whose "
+                        "probabilities reach P (default: "
+                        f"{defaults.sampling_topp}, all)")
+    group.add_argument("--seed", type=int_at_least(0), metavar="S",
+                   help="seed of the draws: the same seed, input and --batch-size "
+                        "give the same output (default: a random seed, printed to "
+                        "stderr)")

@@ -21,7 +21,7 @@ from tfxformer import checks
 from tfxformer.config import DecodingOptions
 from tfxformer.serving.signatures import OpenedSignature, language_inputs, open_signature
 
-__all__ = ["PairScore", "ScoreFn", "load_score_fn"]
+__all__ = ["PairScore", "ScoreFn", "format_score", "load_score_fn"]
 
 _DEFAULTS = DecodingOptions()
 
@@ -107,3 +107,11 @@ def load_score_fn(path, batch_size=_DEFAULTS.batch_size, precision="fp32", check
     """
     opened = open_signature(path, "score", batch_size, precision, checkpoint)
     return ScoreFn(opened, batch_size, target_language)
+
+
+def format_score(score, tokens=False):
+    """One output line (without its newline) of a :class:`PairScore`."""
+    columns = [f"{score.log_prob:.4f}", f"{score.mean_log_prob:.4f}"]
+    if tokens:
+        columns.append(" ".join(f"{x:.4f}" for x in score.token_log_probs))
+    return "\t".join(columns)
