@@ -285,13 +285,13 @@ class Translator(tf.Module):
         # the pieces a prefix or constraints may take: the output limit less one
         limit = tf.minimum(self.max_output_tokens,
                            lengths + rows.options["extra_length"]) - 1
-        prefix, constraints = nbest_request.first_rows(size, source.rows, target_prefix,
-                                                       constraints)
+        prefix, constraints, blank = nbest_request.first_rows(size, source.rows,
+                                                              target_prefix, constraints)
         request = nbest_request.read_request(rows, prefix, constraints, tokenizer, limit,
                                              source.blank, self.reverse_target)
         return nbest_outputs(self.search, self.codec, source, request,
                              nbest_request.width(options.count), tokenizer,
-                             self.max_batch_size, token_scores)
+                             self.max_batch_size, token_scores, blank)
 
     def score_pairs(self, text, target, target_language=None):
         """The graph behind the `score` signature: log P(target | text) of each pair by
