@@ -73,8 +73,16 @@ def test_translate_read_wraps_a_python_translate_function():
 
 
 @pytest.fixture(scope="module")
-def signatures(tiny_export):
-    return tf.saved_model.load(tiny_export).signatures
+def translators(tiny_export, spm_model):
+    """In-process translators of `tiny_export`'s weights: (as exported, raw), 64 rows a
+    chunk."""
+    from tfxformer import Transformer
+    from tfxformer.serving import Translator
+
+    model = Transformer.from_preset(tiny_export)
+    options = dict(TINY_EXPORT_OPTIONS, max_batch_size=64)
+    return (Translator(model, spm_model, **options),
+            Translator(model, spm_model, reading=RAW, **options))
 
 
 HOSTILE = [
@@ -96,18 +104,34 @@ def _no_new_junk(source, translation):
         assert UNKNOWN not in translation, (source[:40], translation[:80])
 
 
-def test_hostile_text_through_every_text_signature(signatures):
-    text = tf.constant(HOSTILE)
-    n = len(HOSTILE)
-    out = signatures["serving_default"](text=text)
+def test_hostile_text_gets_a_defined_translation(translators):
+    out = translators[0](tf.constant(HOSTILE))
     translations = [t.decode("utf-8") for t in out["translation"].numpy()]  # valid UTF-8
-    assert len(translations) == n and translations[2] == "" and translations[3] == ""
+    assert len(translations) == len(HOSTILE) and translations[2:4] == ["", ""]
     assert translations[0].count("\n") == 0 and out["truncated"].numpy()[4]
     for source, translation in zip(HOSTILE, translations, strict=True):
         _no_new_junk(source, translation)
+
+
+def test_a_clean_sentence_is_unchanged_and_a_paragraph_joined(translators):
+    default, raw = translators
+    clean = ["A dog runs in the park.", "Two men talk", "A woman, a man and a child."]
+    assert (default(tf.constant(clean))["translation"].numpy().tolist()
+            == raw(tf.constant(clean))["translation"].numpy().tolist())
+    parts = raw(tf.constant(["A dog runs.", "Two men talk.", "A child plays."]))
+    whole = default(tf.constant(["A dog runs.\n\nTwo men talk. A child plays."]))
+    first, second, third = _strings(parts["translation"])
+    assert _strings(whole["translation"]) == [f"{first}\n\n{second} {third}"]
+    assert whole["score"].numpy()[0] == pytest.approx(parts["score"].numpy().sum(), 1e-5)
+
+
+@pytest.mark.slow
+def test_hostile_text_through_the_exported_nbest_and_score(tiny_export):
+    signatures = tf.saved_model.load(tiny_export).signatures
+    n = len(HOSTILE)
     ones = lambda value, dtype: tf.fill([n], tf.constant(value, dtype))  # noqa: E731
     nbest = signatures["translate_nbest"](
-        text=text, beam_size=ones(2, tf.int32), alpha=ones(0.6, tf.float32),
+        text=tf.constant(HOSTILE), beam_size=ones(2, tf.int32), alpha=ones(0.6, tf.float32),
         extra_length=ones(4, tf.int32), max_input_tokens=ones(48, tf.int32),
         num_hypotheses=ones(2, tf.int32), no_repeat_ngram_size=ones(0, tf.int32),
         repetition_penalty=ones(1.0, tf.float32),
@@ -117,35 +141,22 @@ def test_hostile_text_through_every_text_signature(signatures):
     for source, row in zip(HOSTILE, nbest["translations"].numpy(), strict=True):
         for translation in row:
             _no_new_junk(source, translation.decode("utf-8"))
-    scored = signatures["score"](text=text, target=tf.constant(["Ein Hund."] * n))
+    scored = signatures["score"](text=tf.constant(HOSTILE), target=tf.constant(["Ein."] * n))
     assert scored["log_prob"].shape == (n,)
 
 
 @pytest.mark.slow
-def test_a_thousand_sentences_in_one_text(signatures):
+def test_a_thousand_sentences_in_one_text(translators):
     text = " ".join(f"Dog {i} runs." for i in range(1000))
-    out = signatures["serving_default"](text=tf.constant([text, "A cat."]))
+    out = translators[0](tf.constant([text, "A cat."]))
     translation = out["translation"].numpy()[0].decode("utf-8")
     assert translation.count(" ") >= 999 and not out["truncated"].numpy()[0]
     _no_new_junk(text, translation)
 
 
-def test_a_paragraph_is_its_sentences_decoded_and_joined(tiny_export, spm_model):
-    from tfxformer import Transformer
-    from tfxformer.serving import Translator
-
-    model = Transformer.from_preset(tiny_export)
-    default = Translator(model, spm_model, **TINY_EXPORT_OPTIONS)
-    raw = Translator(model, spm_model, reading=RAW, **TINY_EXPORT_OPTIONS)
-    clean = ["A dog runs in the park.", "Two men talk", "A woman, a man and a child."]
-    assert (default(tf.constant(clean))["translation"].numpy().tolist()
-            == raw(tf.constant(clean))["translation"].numpy().tolist())
-    paragraph = "A dog runs.\n\nTwo men talk. A child plays."
-    parts = raw(tf.constant(["A dog runs.", "Two men talk.", "A child plays."]))
-    whole = default(tf.constant([paragraph]))
-    first, second, third = _strings(parts["translation"])
-    assert _strings(whole["translation"]) == [f"{first}\n\n{second} {third}"]
-    assert whole["score"].numpy()[0] == pytest.approx(parts["score"].numpy().sum(), 1e-5)
+@pytest.mark.slow
+def test_a_paragraphs_nbest_list_prefix_and_score(translators):
+    default, raw = translators
     # n-best: hypothesis k joins each sentence's k-th; the prefix goes with the first
     options = [tf.constant([v]) for v in (3, 0.6, 4, 48, 2, 0, 1.0)]
     lists = default.translate_nbest(tf.constant(["A dog runs. Two men talk."]), *options,
@@ -160,7 +171,8 @@ def test_a_paragraph_is_its_sentences_decoded_and_joined(tiny_export, spm_model)
     pieces = [[p for p in _strings(alone["tokens"][i, 0]) if p] for i in range(2)]
     assert [p for p in _strings(lists["tokens"][0, 0]) if p] == pieces[0] + pieces[1]
     # score: a text is scored as one sequence, as it is
-    pair = dict(text=tf.constant([paragraph]), target=tf.constant(["Ein Hund."]))
+    pair = dict(text=tf.constant(["A dog runs. Two men talk."]),
+                target=tf.constant(["Ein Hund."]))
     assert default.score(**pair)["log_prob"].numpy() == pytest.approx(
         raw.score(**pair)["log_prob"].numpy())
 

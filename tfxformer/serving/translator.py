@@ -105,10 +105,8 @@ class Translator(tf.Module):
             search (:mod:`tfxformer.serving.compiled`: a smaller fixed cost per decoder
             step, one program per padded shape); 0 (the default here; exports default
             to :data:`tfxformer.serving.compiled.DEFAULT_MAX_BATCH`) turns it off.
-        reading: how texts are read (:class:`tfxformer.serving.reading.ReadingOptions`;
-            None: sentence splitting and recasing on, generic sentence rules): every
-            signature but `score` decodes a text's sentences as rows of their own and
-            joins their outputs back (docs/robust_input.md).
+        reading: :class:`tfxformer.serving.reading.ReadingOptions` (None: sentences split
+            by generic rules, recased): how every signature but `score` reads a text.
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
