@@ -134,11 +134,7 @@ class TextCodec:
         (:meth:`tagged`), each row tagged with its text's."""
         text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
         row_text, rows = read_texts(text, reading or self.reading)
-        if target_language is not None:
-            language = tf.reshape(tf.convert_to_tensor(target_language, tf.string), [-1])
-            target_language = rows.per_row(per_text(language, tf.size(text),
-                                                    "target_language", tf.string))
-        row_text, tag_pieces = self.tagged(row_text, target_language)
+        row_text, tag_pieces = self.tagged(row_text, target_language, rows)
         pieces, truncated, blank = self.cut(row_text, tokenizer or self.tokenizer(),
                                             rows.per_row(limits), tag_pieces)
         unknown = (tf.reduce_any(tf.equal(pieces, UNK_ID), axis=1)
@@ -155,10 +151,12 @@ class TextCodec:
         text = tokenizer.detokenize(rows_to_ragged(ids, lengths))
         return sanitize_utf8(text)
 
-    def tagged(self, text, target_language):
+    def tagged(self, text, target_language, rows=None):
         """(text, tag pieces): a multilingual model's (N,) texts with their language's
         tag in front and (N,) int32 the tag's pieces; fails unless there is one known
-        language per text. Another model's texts as given, and None."""
+        language per text. Another model's texts as given, and None. With `rows`
+        (:class:`tfxformer.serving.reading.Rows`), `text` are (S,) rows of the N texts
+        `target_language` is given for, each tagged with its text's."""
         if not self.target_languages:
             if target_language is not None:
                 raise ValueError("`target_language` is for a multilingual model; this one "
@@ -168,7 +166,8 @@ class TextCodec:
             listed = ", ".join(repr(language) for language in self.target_languages)
             raise ValueError(f"This model translates into {listed}: give `target_language`.")
         language = tf.reshape(tf.convert_to_tensor(target_language, tf.string), [-1])
-        language = per_text(language, tf.size(text), "target_language", tf.string)
+        language = per_text(language, tf.size(text) if rows is None else rows.texts,
+                            "target_language", tf.string)
         match = tf.equal(language[:, None], tf.constant(self.target_languages)[None, :])
         known = tf.reduce_any(match, axis=1)
         check = tf.debugging.Assert(tf.reduce_all(known), [
@@ -176,6 +175,8 @@ class TextCodec:
             tf.boolean_mask(language, ~known)])
         with tf.control_dependencies([check]):
             index = tf.argmax(tf.cast(match, tf.int32), axis=1, output_type=tf.int32)
+        if rows is not None:
+            index = rows.per_row(index)
         tags = tf.gather(tf.constant(self._tags), index)
         return (tf.strings.join([tags, text]),
                 tf.gather(tf.constant(self._tag_pieces, tf.int32), index))
