@@ -29,7 +29,13 @@ from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding.common import followed_in_row, rows_to_ragged
 from tfxformer.ids import EOS_ID, PAD_ID, UNK_ID
 from tfxformer.serving.inputs import per_text
-from tfxformer.serving.reading import UNKNOWN, ReadingOptions, Rows, read_texts
+from tfxformer.serving.reading import (
+    UNKNOWN,
+    ReadingOptions,
+    Rows,
+    read_texts,
+    strip_controls,
+)
 
 __all__ = ["CHARS_PER_TOKEN", "Source", "TextCodec", "sanitize_utf8", "without_eos"]
 
@@ -204,10 +210,12 @@ class TextCodec:
         return pieces, cut_chars | (count > kept), blank
 
     def to_target(self, target, limit, tokenizer):
-        """(N,) target strings to score -> ((N, None) ragged int32 ids: pieces then EOS,
-        cut to `limit` tokens (a cut target without its EOS); (N,) bool cut), right to
-        left for a right-to-left model (its EOS still last)."""
-        ids, cut, _ = self.cut(target, tokenizer, tf.fill(tf.shape(target), limit + 1))
+        """(N,) target strings to score (read as a source is: invalid UTF-8 and C0
+        controls replaced) -> ((N, None) ragged int32 ids: pieces then EOS, cut to
+        `limit` tokens (a cut target without its EOS); (N,) bool cut), right to left
+        for a right-to-left model (its EOS still last)."""
+        ids, cut, _ = self.cut(strip_controls(sanitize_utf8(target)), tokenizer,
+                               tf.fill(tf.shape(target), limit + 1))
         cut |= ids.row_lengths() > limit  # the EOS itself did not fit
         if self.reverse_target:  # the pieces right to left, EOS still last
             ids = tf.concat([tf.reverse(ids[:, :-1], axis=[1]), ids[:, -1:]], axis=1)
