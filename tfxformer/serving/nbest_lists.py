@@ -25,12 +25,15 @@ from tfxformer.serving.inputs import option_keys
 __all__ = ["chunk_steering", "nbest_lists", "nbest_outputs", "steered_lists"]
 
 
-def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, token_scores):
+def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, token_scores,
+                  blank_warning=""):
     """The outputs of `translate_nbest` (:meth:`tfxformer.serving.Translator.nbest`) for
-    N texts: `source` (:class:`tfxformer.serving.text.Source`) and `request`
-    (:class:`tfxformer.serving.nbest_request.NBestRequest`) theirs, decoded by `search`
-    (:class:`tfxformer.serving.search.Search`) and written by `codec`
-    (:class:`tfxformer.serving.text.TextCodec`); `k` () int32 the list length."""
+    N texts: `source` (:class:`tfxformer.serving.text.Source`, S rows) and `request`
+    (:class:`tfxformer.serving.nbest_request.NBestRequest`, per row) theirs, decoded by
+    `search` (:class:`tfxformer.serving.search.Search`) and written by `codec`
+    (:class:`tfxformer.serving.text.TextCodec`); `k` () int32 the list length. A text's
+    hypothesis j is its rows' j-th joined, its score their sum, its pieces theirs one
+    after another; its warning its first row's (`blank_warning` (N,) without rows)."""
     active = source.decoded_rows()
     pieces, decoded = tf.gather(source.pieces, active), request.rows(active)
     columns = search.options.max_output_tokens
@@ -73,13 +76,19 @@ def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, toke
     lists = decode_in_chunks(tf.cast(pieces.row_lengths(), tf.int32), chunk_size, decode,
                              dtypes, ranks, keys=option_keys(decoded.options))
     first = tf.range(k) == 0  # a blank text's list: the empty translation with score 0
-    outputs = {"translations": source.restore(lists[0], tf.fill([k], "")),
-               "scores": source.restore(lists[1], tf.where(first, 0.0, -float("inf"))),
-               "truncated": source.truncated, "warning": request.warning}
+    blank_scores = tf.where(first, 0.0, -float("inf"))
+    # a text's hypothesis j: its sentences' j-th ones joined, scored by their sum
+    scores = source.rows.sum(source.restore(lists[1], blank_scores), blank_scores)
+    translations = source.to_texts(source.restore(lists[0], tf.fill([k], "")))
+    outputs = {"translations": tf.where(scores > -float("inf"), translations, ""),
+               "scores": scores, "truncated": source.text_truncated(),
+               "warning": source.rows.first_value(request.warning, blank_warning)}
     if not token_scores:
         return outputs
     ids, values = (source.restore(per_token, tf.zeros([k, columns], per_token.dtype))
                    for per_token in lists[2:])
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=2)
+    ids, values = source.rows.concat(ids, lengths), source.rows.concat(values, lengths)
     used = tf.reduce_max(tf.concat([tf.reshape(tf.reduce_sum(
         tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=2), [-1]), [0]], axis=0))
     ids = ids[:, :, :used]  # the pieces' strings only of the columns in use

@@ -7,12 +7,15 @@ replaced by U+FFFD, a multilingual model's language tag put first, SentencePiece
 cut to a limit, then EOS; which texts were cut, which are blank), and
 :meth:`TextCodec.to_text` writes the (B, L) ids of decoded rows as UTF-8 strings (a
 right-to-left model's pieces put back in reading order first). The rows decoded are the
-non-blank texts (:meth:`Source.decoded_rows`); :meth:`Source.restore` puts their outputs
-back on all N texts. A reading of the input that the output must undo (a text split into
-sentences that are joined again, a casing put back) keeps what undoing it needs in the
-:class:`Source`, and undoes it where the outputs go back onto the texts.
+non-blank rows (:meth:`Source.decoded_rows`); :meth:`Source.restore` puts their outputs
+back on all S rows. A reading of the input that the output must undo (a text split into
+sentences that are joined again, a casing put back: :mod:`tfxformer.serving.reading`) keeps
+what undoing it needs in the :class:`Source` (`rows`), and undoes it where the outputs go
+back onto the texts (:meth:`Source.to_texts`, and :class:`tfxformer.serving.reading.Rows`'
+`sum`, `any`, `first_value`, `concat` for scores, flags, warnings and pieces).
 
-Shapes: N texts, B rows of one chunk, L output columns.
+Shapes: N texts, S rows (a text's sentences; one per text without sentence splitting),
+B rows of one chunk, L output columns.
 """
 
 from __future__ import annotations
@@ -24,8 +27,15 @@ import tensorflow as tf
 from tfxformer import multilingual
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding.common import followed_in_row, rows_to_ragged
-from tfxformer.ids import EOS_ID, PAD_ID
+from tfxformer.ids import EOS_ID, PAD_ID, UNK_ID
 from tfxformer.serving.inputs import per_text
+from tfxformer.serving.reading import (
+    UNKNOWN,
+    ReadingOptions,
+    Rows,
+    read_texts,
+    strip_controls,
+)
 
 __all__ = ["CHARS_PER_TOKEN", "Source", "TextCodec", "sanitize_utf8", "without_eos"]
 
@@ -49,21 +59,36 @@ def without_eos(ids, lengths):
 
 
 class Source(NamedTuple):
-    """N texts read for decoding: `pieces` (N, None) ragged int32 (each text's pieces,
-    cut, then EOS), `truncated` (N,) bool (a text was cut), `blank` (N,) bool (a text
-    has no piece beyond its language tag: it is never decoded)."""
+    """N texts read for decoding as S rows (:mod:`tfxformer.serving.reading`): `pieces`
+    (S, None) ragged int32 (each row's pieces, cut, then EOS), `truncated` (S,) bool (a
+    row was cut), `blank` (S,) bool (a row has no piece beyond its language tag: it is
+    never decoded), `rows` the :class:`tfxformer.serving.reading.Rows` mapping rows to
+    texts, `unknown` (S,) bool (a row's source holds an unknown piece, or "⁇")."""
 
     pieces: tf.RaggedTensor
     truncated: tf.Tensor
     blank: tf.Tensor
+    rows: Rows
+    unknown: tf.Tensor
 
     def decoded_rows(self):
-        """(A,) int64 the texts that are decoded: the non-blank ones, in order."""
+        """(A,) int64 the rows that are decoded: the non-blank ones, in order."""
         return tf.where(~self.blank)[:, 0]
 
+    def to_texts(self, strings, fill=""):
+        """Row outputs (S,) or (S, K) strings -> the texts' (N,) or (N, K): cleaned
+        (no control character, no "⁇" the source had not), cast back into the source's
+        case and joined (:meth:`tfxformer.serving.reading.Rows.join`); a text without
+        rows `fill`."""
+        return self.rows.join(self.rows.clean(strings, self.unknown), fill)
+
+    def text_truncated(self):
+        """(N,) bool: a row of the text was cut."""
+        return self.rows.any(self.truncated)
+
     def restore(self, values, fill):
-        """(A, ...) outputs of the :meth:`decoded_rows` -> (N, ...) outputs of all the
-        texts, a blank text's `fill` (one value, of `values`' shape after the first axis)."""
+        """(A, ...) outputs of the :meth:`decoded_rows` -> (S, ...) outputs of all the
+        rows, a blank row's `fill` (one value, of `values`' shape after the first axis)."""
         fill = tf.convert_to_tensor(fill, values.dtype)
         values = tf.reshape(values, tf.concat([[-1], tf.shape(fill)], axis=0))  # A = 0 too
         index = tf.where(self.blank, tf.shape(values, out_type=tf.int64)[0],
@@ -82,15 +107,19 @@ class TextCodec:
             back in reading order, a target to score is reversed.
         target_languages: a multilingual model's target languages (() for one target):
             each text is then read with its language's tag in front.
+        reading: how texts are read into rows (:class:`tfxformer.serving.reading.ReadingOptions`;
+            default: sentences split with generic rules, ALL CAPS and Title Case recased).
     """
 
-    def __init__(self, sentencepiece_model: bytes, reverse_target=False, target_languages=()):
+    def __init__(self, sentencepiece_model: bytes, reverse_target=False, target_languages=(),
+                 reading=None):
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
             raise ValueError("`sentencepiece_model` must be the non-empty bytes of spm.model, "
                              f"got {type(sentencepiece_model).__name__}.")
         self.sentencepiece_model = sentencepiece_model
         self.reverse_target = bool(reverse_target)
         self.target_languages = tuple(target_languages)
+        self.reading = ReadingOptions() if reading is None else reading
         self._tags = [multilingual.tag_source(language, "") for language in
                       self.target_languages]
         self._tag_pieces = [multilingual.tag_pieces(sentencepiece_model, language)
@@ -102,12 +131,21 @@ class TextCodec:
         holds the one fix for tensorflow-text's kernel-owned resource)."""
         return sentencepiece_tokenizer(self.sentencepiece_model)
 
-    def to_source(self, text, limits, target_language=None, tokenizer=None) -> Source:
-        """(N,) strings -> their :class:`Source`, each cut to its `limits` (N,) int32
-        tokens (EOS and a language tag included); `target_language` ((N,) strings) is
-        a multilingual model's, required there (:meth:`tagged`)."""
-        text, tag_pieces = self.tagged(text, target_language)
-        return Source(*self.cut(text, tokenizer or self.tokenizer(), limits, tag_pieces))
+    def to_source(self, text, limits, target_language=None, tokenizer=None,
+                  reading=None) -> Source:
+        """(N,) strings -> their :class:`Source`: read into rows by `reading` (None: the
+        codec's; :func:`tfxformer.serving.reading.read_texts`), each row cut to its
+        text's `limits` (N,) int32 tokens (EOS and a language tag included);
+        `target_language` ((N,) strings) is a multilingual model's, required there
+        (:meth:`tagged`), each row tagged with its text's."""
+        text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
+        row_text, rows = read_texts(text, reading or self.reading)
+        row_text, tag_pieces = self.tagged(row_text, target_language, rows)
+        pieces, truncated, blank = self.cut(row_text, tokenizer or self.tokenizer(),
+                                            rows.per_row(limits), tag_pieces)
+        unknown = (tf.reduce_any(tf.equal(pieces, UNK_ID), axis=1)
+                   | tf.strings.regex_full_match(row_text, f"(?s).*{UNKNOWN}.*"))
+        return Source(pieces, truncated, blank, rows, unknown)
 
     def to_text(self, ids, lengths, tokenizer=None):
         """(B, L) ids with (B,) lengths counting a final EOS -> (B,) UTF-8 strings; a
@@ -119,10 +157,12 @@ class TextCodec:
         text = tokenizer.detokenize(rows_to_ragged(ids, lengths))
         return sanitize_utf8(text)
 
-    def tagged(self, text, target_language):
+    def tagged(self, text, target_language, rows=None):
         """(text, tag pieces): a multilingual model's (N,) texts with their language's
         tag in front and (N,) int32 the tag's pieces; fails unless there is one known
-        language per text. Another model's texts as given, and None."""
+        language per text. Another model's texts as given, and None. With `rows`
+        (:class:`tfxformer.serving.reading.Rows`), `text` are (S,) rows of the N texts
+        `target_language` is given for, each tagged with its text's."""
         if not self.target_languages:
             if target_language is not None:
                 raise ValueError("`target_language` is for a multilingual model; this one "
@@ -132,7 +172,8 @@ class TextCodec:
             listed = ", ".join(repr(language) for language in self.target_languages)
             raise ValueError(f"This model translates into {listed}: give `target_language`.")
         language = tf.reshape(tf.convert_to_tensor(target_language, tf.string), [-1])
-        language = per_text(language, tf.size(text), "target_language", tf.string)
+        language = per_text(language, tf.size(text) if rows is None else rows.texts,
+                            "target_language", tf.string)
         match = tf.equal(language[:, None], tf.constant(self.target_languages)[None, :])
         known = tf.reduce_any(match, axis=1)
         check = tf.debugging.Assert(tf.reduce_all(known), [
@@ -140,6 +181,8 @@ class TextCodec:
             tf.boolean_mask(language, ~known)])
         with tf.control_dependencies([check]):
             index = tf.argmax(tf.cast(match, tf.int32), axis=1, output_type=tf.int32)
+        if rows is not None:
+            index = rows.per_row(index)
         tags = tf.gather(tf.constant(self._tags), index)
         return (tf.strings.join([tags, text]),
                 tf.gather(tf.constant(self._tag_pieces, tf.int32), index))
@@ -167,10 +210,12 @@ class TextCodec:
         return pieces, cut_chars | (count > kept), blank
 
     def to_target(self, target, limit, tokenizer):
-        """(N,) target strings to score -> ((N, None) ragged int32 ids: pieces then EOS,
-        cut to `limit` tokens (a cut target without its EOS); (N,) bool cut), right to
-        left for a right-to-left model (its EOS still last)."""
-        ids, cut, _ = self.cut(target, tokenizer, tf.fill(tf.shape(target), limit + 1))
+        """(N,) target strings to score (read as a source is: invalid UTF-8 and C0
+        controls replaced) -> ((N, None) ragged int32 ids: pieces then EOS, cut to
+        `limit` tokens (a cut target without its EOS); (N,) bool cut), right to left
+        for a right-to-left model (its EOS still last)."""
+        ids, cut, _ = self.cut(strip_controls(sanitize_utf8(target)), tokenizer,
+                               tf.fill(tf.shape(target), limit + 1))
         cut |= ids.row_lengths() > limit  # the EOS itself did not fit
         if self.reverse_target:  # the pieces right to left, EOS still last
             ids = tf.concat([tf.reverse(ids[:, :-1], axis=[1]), ids[:, -1:]], axis=1)

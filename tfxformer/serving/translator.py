@@ -29,6 +29,7 @@ from tfxformer.serving.inputs import (
 )
 from tfxformer.serving.nbest_lists import nbest_outputs
 from tfxformer.serving.nbest_request import NBEST_SPECS
+from tfxformer.serving.reading import RAW
 from tfxformer.serving.text import TextCodec
 
 __all__ = ["Translator", "signature"]
@@ -110,6 +111,8 @@ class Translator(tf.Module):
             search (:mod:`tfxformer.serving.compiled`: a smaller fixed cost per decoder
             step, one program per padded shape); 0 (the default here; exports default
             to :data:`tfxformer.serving.compiled.DEFAULT_MAX_BATCH`) turns it off.
+        reading: :class:`tfxformer.serving.reading.ReadingOptions` (None: sentences split
+            by generic rules, recased): how every signature but `score` reads a text.
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
@@ -142,9 +145,11 @@ class Translator(tf.Module):
     def __init__(self, model, sentencepiece_model: bytes, beam_size=None, alpha=None,
                  extra_length=None, max_batch_size=None, max_input_tokens=None,
                  max_output_tokens=None, name="translator", shortlist=None, stopping=None,
-                 length_normalization=None, reverse_target=False, xla_max_batch=0):
+                 length_normalization=None, reverse_target=False, xla_max_batch=0,
+                 reading=None):
         super().__init__(name=name)
-        self.codec = TextCodec(sentencepiece_model, reverse_target)
+        self.codec = TextCodec(sentencepiece_model, reverse_target, reading=reading)
+        self.reading = self.codec.reading
         self.reverse_target = self.codec.reverse_target
         models = members(model)
         positions = check_members(models)
@@ -286,15 +291,18 @@ class Translator(tf.Module):
         tokenizer = self.make_tokenizer()
         source = self.codec.to_source(text, self._input_limits(max_input_tokens, size),
                                       target_language, tokenizer)
+        rows = nbest_request.per_row(options, source.rows)
         lengths = tf.cast(source.pieces.row_lengths(), tf.int32)
         # the pieces a prefix or constraints may take: the output limit less one
         limit = tf.minimum(self.max_output_tokens,
-                           lengths + options.options["extra_length"]) - 1
-        request = nbest_request.read_request(options, target_prefix, constraints, tokenizer,
-                                             limit, source.blank, self.reverse_target)
+                           lengths + rows.options["extra_length"]) - 1
+        prefix, constraints, blank = nbest_request.first_rows(size, source.rows,
+                                                              target_prefix, constraints)
+        request = nbest_request.read_request(rows, prefix, constraints, tokenizer, limit,
+                                             source.blank, self.reverse_target)
         return nbest_outputs(self.search, self.codec, source, request,
-                             nbest_request.width(request.count), tokenizer,
-                             self.max_batch_size, token_scores)
+                             nbest_request.width(options.count), tokenizer,
+                             self.max_batch_size, token_scores, blank)
 
     def score_pairs(self, text, target, target_language=None):
         """The graph behind the `score` signature: log P(target | text) of each pair by
@@ -320,7 +328,7 @@ class Translator(tf.Module):
                          "`target` must have one value per text (shape [N] like `text`)")
         tokenizer = self.make_tokenizer()
         source = self.codec.to_source(text, self._input_limits(None, tf.size(text)),
-                                      target_language, tokenizer)
+                                      target_language, tokenizer, reading=RAW)
         target_ids, target_cut = self.codec.to_target(target, self.max_output_tokens,
                                                       tokenizer)
         token_log_probs, lengths, log_probs = score_ragged(self.model, source.pieces,
@@ -356,12 +364,13 @@ class Translator(tf.Module):
                                       target_language, tokenizer)
         if per_example:
             options = example_options(options, tf.size(text))
-        # Blank inputs never reach the model: only the other rows are decoded.
+        # Blank rows never reach the model: only the other rows are decoded.
         active = source.decoded_rows()
         pieces = tf.gather(source.pieces, active)
         keys = None
-        if per_example:  # texts with equal options are decoded together
-            options = {name: tf.gather(value, active) for name, value in options.items()}
+        if per_example:  # rows with equal options are decoded together
+            options = {name: tf.gather(source.rows.per_row(value), active)
+                       for name, value in options.items()}
             keys = option_keys(options)
 
         def decode(rows, chunk):
@@ -375,8 +384,9 @@ class Translator(tf.Module):
         translations, scores = decode_in_chunks(
             tf.cast(pieces.row_lengths(), tf.int32), self.max_batch_size, decode,
             (tf.string, tf.float32), keys=keys)
-        return {"translation": source.restore(translations, ""),
-                "score": source.restore(scores, 0.0), "truncated": source.truncated}
+        return {"translation": source.to_texts(source.restore(translations, "")),
+                "score": source.rows.sum(source.restore(scores, 0.0), 0.0),
+                "truncated": source.text_truncated()}
 
     def _input_limits(self, max_input_tokens, size):
         """(N,) int32 source-token limits: the export's, or lower ones asked per text."""
