@@ -13,6 +13,10 @@ ruff check .
 # session and shared by the workers; the longest files start first (by tests/durations.json,
 # which `bash scripts/test.sh --record-durations` rewrites from this run: --no-loadscope-reorder
 # keeps pytest-xdist from ordering files by test count).
+# The longest file, the documented commands (tests/test_docs_run.py), runs its pages two at
+# a time in its worker, beside the other workers' files, so that it does not run on alone
+# at the end; a script's first documented command starts as a new interpreter, as users
+# start it, its other commands as forks of a process that has imported TensorFlow.
 # The test processes run TensorFlow with cheaper settings (tests/conftest.py); the tests
 # marked user_env, documented commands among them, start their processes as users do.
 # The 20 slowest tests are listed at the end: what to look at when the suite grows.

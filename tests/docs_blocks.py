@@ -356,13 +356,19 @@ def run_python(step, namespace):
 
 
 def run_shell(step, timeout):
-    """Runs a shell step with bash from the current directory; (ok, error text, output)."""
+    """Runs a shell step with bash from the current directory (a "fresh" one with `python`
+    a new interpreter, not tests/docs_fork.py's client); (ok, error text, output)."""
     import subprocess
 
+    env = None
+    if step.get("fresh") and os.environ.get("DOCS_FORK_BIN"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DOCS_FORK_")}
+        env["PATH"] = os.pathsep.join(entry for entry in env["PATH"].split(os.pathsep)
+                                      if entry != os.environ["DOCS_FORK_BIN"])
     try:
         done = subprocess.run(["bash", "-o", "pipefail", "-c", step["command"]],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, env=env)
     except subprocess.TimeoutExpired as error:
         return False, f"timed out after {timeout} s", (error.stdout or "")[-2000:]
     output = done.stdout[-2000:]

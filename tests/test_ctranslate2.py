@@ -118,6 +118,27 @@ def test_options_of_the_other_runtime_are_errors(tmp_path):
         load_nbest_fn(SHIPPED, threads=2)
 
 
+def test_a_directory_is_resolved_once_on_the_way_to_its_translate_fn(monkeypatch, tmp_path):
+    from tfxformer import locate
+    from tfxformer.serving import load_translate_fn
+
+    ours = fake_ct2_dir(tmp_path / "ours", beam_size=2)
+    with open(SPM, "rb") as f:
+        (tmp_path / "ours" / "spm.model").write_bytes(f.read())
+    reads, original = [], locate.read_ctranslate2_marker
+
+    def read(path):
+        reads.append(path)
+        return original(path)
+
+    for module in (locate, ct2):
+        monkeypatch.setattr(module, "read_ctranslate2_marker", read)
+    monkeypatch.setitem(sys.modules, "ctranslate2", SimpleNamespace(
+        Translator=lambda *args, **kwargs: SimpleNamespace(compute_type="float32")))
+    translate = load_translate_fn(ours)
+    assert reads == [ours] and translate.decoding.beam_size == 2
+
+
 def test_a_missing_ctranslate2_is_an_error_naming_the_extra(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` fails
     with pytest.raises(ImportError, match=re.escape(INSTALL)):

@@ -17,21 +17,25 @@ order: its ```python blocks in one namespace, as cells of a notebook opened at t
 `bash -o pipefail -c`, stdin empty, the project's venv first on PATH, HTTP(S) proxies
 pointing nowhere (tests never touch the network). A failing block does not stop the page:
 the test reports every failing block (page, line, traceback or the command's stderr); a
-failure after an earlier one may follow from it. Pages run two at a time (one under
-pytest-xdist; DOCS_TEST_JOBS), started together when the first page test runs.
+failure after an earlier one may follow from it. Pages run two at a time (DOCS_TEST_JOBS),
+under pytest-xdist too (beside the other workers' files), started together when the first
+page test runs, the slow cases and the pages of more steps first.
 
+A `python scripts/NAME.py ...` of a shell command starts as a fork of a process that has
+imported TensorFlow and the package (tests/docs_fork.py: the same arguments, directory,
+environment and streams, without the 4.5 s of CPU each new interpreter spends importing
+them; a command that sets TF_* or other import-time variables gets a new interpreter); the
+forks run with Grappler off and the collector run less often, as the test processes
+(TFXFORMER_TEST_GRAPPLER=1 keeps Grappler on), and TensorFlow's own oneDNN setting.
 As users run them: when the slow tier is selected (a run without `-m "not slow"`, as CI's),
-every command of every page starts as a new interpreter in the environment a user has
-(TensorFlow's own oneDNN and allocator settings, Grappler on, Python's garbage collector
-as it comes: none of the test processes' switches, tests/conftest.py), and a page's python
-blocks run without them too. In the fast tier alone (`-m "not slow"`) a `python
-scripts/NAME.py ...` of a shell command starts as a fork of a process that has imported
-TensorFlow and the package (tests/docs_fork.py: the same arguments, directory, environment
-and streams, without the 4.5 s of CPU each new interpreter spends importing them; a command
-that sets TF_* or other import-time variables gets a new interpreter), and the forked
-commands and a page's python blocks run with Grappler off and the collector run less often,
-as the test processes (TFXFORMER_TEST_GRAPPLER=1 keeps Grappler on). DOCS_TEST_FORK=0 gives
-every command a new interpreter in any tier, DOCS_TEST_FORK=1 forks in any tier.
+the first line that runs each script (in page order over the selected cases) starts it as
+a new interpreter in the environment a user has (TensorFlow's own oneDNN and allocator
+settings, Grappler on, Python's garbage collector as it comes: none of the test processes'
+switches, tests/conftest.py), and a page's python blocks run in such an interpreter too;
+so every documented script is started once as a user starts it, and its other documented
+commands, which differ in flags, fork. In the fast tier alone (`-m "not slow"`) every
+command forks and the python blocks run in a fork too. DOCS_TEST_FORK=0 gives every
+command a new interpreter in any tier, DOCS_TEST_FORK=1 forks every one.
 
 Shared between pages: a command that reads only what every scratch root holds unchanged
 (the shipped models saved_models/multi30k_*, ../shared, the tiny corpus below) and writes
@@ -82,13 +86,12 @@ blocks run exactly as written):
   evaluations of the Tatoeba split translate 8 sentences, not 2,000.
 What is not rewritten costs what it costs: an export of a shipped model takes ~20 s of CPU,
 a forked process that loads one and translates ~6 s, the README's tiny training ~40 s,
-even at 2 steps (tracing the step and the translator). The whole file, all pages, is about
-10.6 CPU-minutes of steps with forks (each case prints its steps' wall and CPU seconds with
-`-s`), the largest file of the suite (bench/README.md, "Test suite"); as new interpreters,
-as the slow tier runs them, a command costs about 3.4 s of CPU more (2026-12-07, 55 steps
-run both ways: 712 s against 524), the whole about 1.35 times as much: a new page's
-commands should share an export another page makes (the same command runs once) rather
-than make their own.
+even at 2 steps (tracing the step and the translator). Each case prints its steps' wall and
+CPU seconds with `-s`. A new interpreter costs more than a fork: the shipped EN->DE model's
+one-sentence translation took 15 s of CPU as one, 5.8 s as a fork (2026-12-07); the slow
+tier starts each script once as a new interpreter and forks its other commands for that
+reason. A new page's commands should share an export another page makes (the same command
+runs once) rather than make their own.
 """
 
 import concurrent.futures
@@ -104,12 +107,15 @@ import sys
 import pytest
 from conftest import SHARED_DATA
 from docs_blocks import (
+    PYTHONS,
     TINY_TEST,
     TINY_VAL,
     classify,
     join,
     parse_blocks,
+    program,
     rewrite,
+    segments,
     shareable,
     shell_lines,
     start_fork_server,
@@ -123,13 +129,14 @@ PAGES = sorted(os.path.relpath(p, ROOT) for p in [
     os.path.join(ROOT, "README.md"),
     *glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True),
     *glob.glob(os.path.join(ROOT, "saved_models", "*", "README.md"))])
-# Pages run at a time: 2 (the cores of CI), 1 under pytest-xdist (the other worker runs the
-# other files).
-JOBS = int(os.environ.get("DOCS_TEST_JOBS", "1" if os.environ.get("PYTEST_XDIST_WORKER")
-                          else "2"))
+# Pages run at a time: 2, the cores of CI, under pytest-xdist too: the pages are the
+# suite's longest file, and with one at a time its worker would still be running them
+# long after the other workers ran out of files.
+JOBS = int(os.environ.get("DOCS_TEST_JOBS", "2"))
 # `python scripts/...` commands run as forks of a process that has imported TensorFlow and
-# the package (tests/docs_fork.py) when the slow tier is not selected ("auto"); "0" starts
-# each in a new interpreter, "1" forks in any tier.
+# the package (tests/docs_fork.py), except, when the slow tier is selected, the first line
+# that runs each script, a new interpreter as a user starts it ("auto"); "0" starts each
+# command in a new interpreter, "1" forks every one.
 FORK = os.environ.get("DOCS_TEST_FORK", "auto")
 if FORK not in ("auto", "0", "1"):
     raise ValueError(f"DOCS_TEST_FORK={FORK!r}: accepted are auto (the default), 0 and 1")
@@ -172,14 +179,43 @@ CASES = [case(page, "fast") for page in PAGES] + [
     case(page, "slow") for page in PAGES if has_slow(page)]
 
 
-def plan(page, tier, tiny_corpus, scratch):
-    """The runner's steps for `page` in `tier`: python blocks, shell commands (rewritten),
-    script checks, in page order."""
+def blocks_run(page, tier):
+    """The blocks of `page` that run in `tier`, in page order."""
+    return [block for block in read_page(page)[0] if block.kind and block.marker != "skip"
+            and not (block.marker == "slow" and tier == "fast")]
+
+
+def commands_run(cases):
+    """(shell line as documented, the scripts it runs: `python X.py`) of every line that
+    runs in `cases` ((page, tier) pairs), in PAGES order."""
+    for page, tier in sorted(cases, key=lambda case: PAGES.index(case[0])):
+        for block in blocks_run(page, tier):
+            if block.kind != "shell":
+                continue
+            for _, text in shell_lines(block.code, block.line):
+                if classify(text)[0] == "run":
+                    yield text, {words[1] for words in (program(s)[1] for s in
+                                                        segments(tokenize(text)))
+                                 if len(words) > 1 and words[0] in PYTHONS
+                                 and words[1].endswith(".py")}
+
+
+def first_commands(cases):
+    """The lines of commands_run(cases) that run a script no earlier line ran: the
+    commands the slow tier starts as new interpreters."""
+    seen, first = set(), set()
+    for text, scripts in commands_run(cases):
+        if scripts - seen:
+            first.add(text)
+            seen |= scripts
+    return first
+
+
+def plan(page, tier, tiny_corpus, scratch, fresh=frozenset()):
+    """The runner's steps for `page` in `tier`: python blocks, shell commands (rewritten;
+    those in `fresh` marked to start as new interpreters), script checks, in page order."""
     steps = []
-    for block in read_page(page)[0]:
-        if block.kind is None or block.marker == "skip" or (
-                block.marker == "slow" and tier == "fast"):
-            continue
+    for block in blocks_run(page, tier):
         if block.kind == "python":
             steps.append({"kind": "python", "page": page, "line": block.line,
                           "block": block.line, "code": block.code})
@@ -189,7 +225,7 @@ def plan(page, tier, tiny_corpus, scratch):
             if what == "run":
                 command = rewrite(text, tiny_corpus, scratch)
                 steps.append({"kind": "shell", "line": number, "block": block.line,
-                              "original": text, "command": command,
+                              "original": text, "command": command, "fresh": text in fresh,
                               "outputs": shareable(command, tiny_corpus)})
             elif what == "check":
                 steps.append({"kind": "check", "line": number, "block": block.line,
@@ -269,22 +305,26 @@ def runner_env(repo, fork=None):
     return env
 
 
-def run_page(page, tier, base, tiny_corpus, fork=None):
-    """Runs the page's blocks of `tier` in a fresh scratch root; (steps, results, stderr)."""
+def run_page(page, tier, base, tiny_corpus, fork=None, fresh=frozenset()):
+    """Runs the page's blocks of `tier` in a fresh scratch root, its commands through the
+    fork server `fork` (or None), those in `fresh` as new interpreters; (steps, results,
+    stderr). The slow tier's python blocks run in a new interpreter, as users run them."""
     folder = os.path.join(base, page.replace("/", "_") + "-" + tier)
     with open(os.path.join(ROOT, page), encoding="utf-8") as f:
         repo = make_scratch(folder, f.read())
-    steps = plan(page, tier, tiny_corpus, repo)
+    steps = plan(page, tier, tiny_corpus, repo, fresh)
+    forked_blocks = fork is not None and tier == "fast"
     plan_path, result_path = os.path.join(folder, "plan.json"), os.path.join(folder,
                                                                               "result.json")
     with open(plan_path, "w", encoding="utf-8") as f:
         json.dump({"steps": steps, "timeout": COMMAND_TIMEOUT,
                    "cache": os.path.join(base, "shared_commands"),
-                   "grappler_off": fork is not None}, f)
+                   "grappler_off": forked_blocks}, f)
     if not steps:
         return steps, [], ""
     try:
-        python = os.path.join(fork["DOCS_FORK_BIN"], "python") if fork else sys.executable
+        python = (os.path.join(fork["DOCS_FORK_BIN"], "python") if forked_blocks
+                  else sys.executable)
         done = subprocess.run([python, RUNNER, plan_path, result_path], cwd=repo,
                               env=runner_env(repo, fork), stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=PAGE_TIMEOUT)
@@ -301,8 +341,9 @@ def run_page(page, tier, base, tiny_corpus, fork=None):
 @pytest.fixture(scope="module")
 def page_runs(request, tmp_path_factory):
     """{(page, tier): future of run_page} for the cases selected in this run, started
-    together (DOCS_TEST_JOBS at a time, slow cases first) when the first case asks; through
-    the fork server when no slow case is selected (FORK)."""
+    together (DOCS_TEST_JOBS at a time, the slow cases first, pages of more steps first)
+    when the first case asks; commands through the fork server but for FORK's new
+    interpreters."""
     base = str(tmp_path_factory.mktemp("docs_run"))
     tiny_corpus = make_tiny_corpus(os.path.join(base, "tiny_multi30k"))
     selected = []
@@ -311,19 +352,22 @@ def page_runs(request, tmp_path_factory):
         if item.path.name == os.path.basename(__file__) and callspec and \
                 "tier" in callspec.params:
             selected.append((callspec.params["page"], callspec.params["tier"]))
-    forked = FORK == "1" or (FORK == "auto" and all(tier == "fast" for _, tier in selected))
-    server, fork = (start_fork_server(os.path.join(base, "fork"), runner_env(base)) if forked
-                    else (None, None))
+    cases = [case for case in selected
+             if not (case[1] == "fast" and (case[0], "slow") in selected)]
+    server, fork = (start_fork_server(os.path.join(base, "fork"), runner_env(base))
+                    if FORK != "0" else (None, None))
+    fresh = (first_commands(cases) if FORK == "auto" and any(
+        tier == "slow" for _, tier in cases) else frozenset())
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=JOBS)
     runs = {}
-    for page, tier in sorted(selected, key=lambda case: case[1] != "slow"):
-        if tier == "fast" and (page, "slow") in selected:
-            continue
-        runs[page, tier] = pool.submit(run_page, page, tier, base, tiny_corpus, fork)
+    for page, tier in sorted(cases, key=lambda case: (
+            case[1] != "slow", -len(plan(*case, tiny_corpus, base)))):
+        runs[page, tier] = pool.submit(run_page, page, tier, base, tiny_corpus, fork, fresh)
     yield runs
     pool.shutdown(wait=True, cancel_futures=True)
     if server is not None:
         os.killpg(server.pid, signal.SIGKILL)  # the server and any fork left running
+        server.wait()
 
 
 def failure_report(page, steps, results, stderr):
@@ -415,6 +459,20 @@ def test_every_block_is_accounted_for():
                    block.kind or "not executed"] += 1
     print("fenced blocks:", counts)
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
+
+
+def test_each_script_starts_once_as_a_new_interpreter():
+    """In a run of every page (the slow tier), each documented script's first command is a
+    new interpreter, its others forks."""
+    lines = list(commands_run([(page, "slow" if has_slow(page) else "fast")
+                               for page in PAGES]))
+    first = first_commands([(page, "slow" if has_slow(page) else "fast") for page in PAGES])
+    scripts = set().union(*(scripts for _, scripts in lines))
+    assert "scripts/train_wmt.py" in scripts and "scripts/translate.py" in scripts
+    for script in scripts:
+        starting = [text for text, run in lines if script in run]
+        assert starting[0] in first, script
+    assert len(first) <= len(scripts) < len(lines)
 
 
 def test_pages_found():

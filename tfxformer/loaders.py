@@ -305,15 +305,19 @@ class EnsembleLoader(SavedModelLoader):
         raise self._not_one_model()
 
 
+@dataclasses.dataclass(frozen=True)
 class CTranslate2Loader(Loader):
     """A CTranslate2 dir of this package (model.bin, config.json, spm.model,
-    tfxformer.json)."""
+    tfxformer.json); `marker`: its tfxformer.json record as read when the path was
+    resolved (the runtime takes it from here, not from the file again)."""
 
     kind, noun = "ctranslate2", "a CTranslate2 dir"
     lacks: ClassVar[dict] = {
         "constraints": "and CTranslate2 has no terminology constraints",
         "token_scores": "whose translate_batch gives each hypothesis' score but not each "
                         "token's log-probability (only the whole vocabulary's logits)"}
+
+    marker: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def open(self, runtime, precision="fp32", checkpoint=None, **options):
         given = {k: v for k, v in dict(options, precision=precision,

@@ -165,7 +165,8 @@ def _ctranslate2(path: str) -> Loader:
         model=model, src=marker.get("src") or "en", tgt=marker.get("tgt") or "de",
         preset=marker.get("preset"), vocabulary_sha256=marker.get("vocabulary_sha256"))
     return CTranslate2Loader(path, model, marker.get("preset"),
-                  os.path.join(path, SPM_FILENAME), record, _names_direction(marker))
+                             os.path.join(path, SPM_FILENAME), record,
+                             _names_direction(marker), marker=marker)
 
 
 def _preset(path: str, config_path: str) -> Loader:

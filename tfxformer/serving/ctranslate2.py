@@ -299,7 +299,8 @@ def _cores() -> int:
 
 
 def load_ct2_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
-                          batch_size=None, compute_type="default", threads=None, patience=1):
+                          batch_size=None, compute_type="default", threads=None, patience=1,
+                          marker=None):
     """The :class:`Ct2TranslateFn` of the CTranslate2 directory `path` of this package.
 
     Args:
@@ -312,13 +313,16 @@ def load_ct2_translate_fn(path, beam_size=None, alpha=None, extra_length=None,
             machine whose cores other jobs hold) (None: the cores this process may use).
         patience: CTranslate2's beam search stops a sentence at `patience` · beam_size
             finished hypotheses (>= 1; see the module doc, "Stop").
+        marker: the directory's tfxformer.json record as already read
+            (:attr:`tfxformer.locate.CTranslate2Loader.marker`), or None to read it
+            (:func:`read_marker`).
 
     Raises:
         ImportError: CTranslate2 is not installed (the message says how).
         FileNotFoundError, ValueError: as :func:`read_marker`; a bad option.
     """
     ctranslate2 = import_ctranslate2()
-    record = read_marker(path)
+    record = read_marker(path) if marker is None else marker
     decoding = DecodingOptions.from_dict(record["decoding"]).replace(
         beam_size=beam_size, alpha=alpha, extra_length=extra_length,
         batch_size=batch_size).validate()

@@ -227,7 +227,8 @@ class _Translating:
                          batch_size=None, compute_type=None, threads=None):
         """A CTranslate2 dir, translating with CTranslate2."""
         return load_ct2_translate_fn(loader.path, beam_size, alpha, extra_length, batch_size,
-                                     compute_type or "default", threads)
+                                     compute_type or "default", threads,
+                                     marker=loader.marker)
 
 
 # The runtime of translation (Loader.open).
