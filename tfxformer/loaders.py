@@ -313,7 +313,9 @@ class CTranslate2Loader(Loader):
     lacks: ClassVar[dict] = {
         "constraints": "and CTranslate2 has no terminology constraints",
         "token_scores": "whose translate_batch gives each hypothesis' score but not each "
-                        "token's log-probability (only the whole vocabulary's logits)"}
+                        "token's log-probability (only the whole vocabulary's logits)",
+        "alignments": "and word alignments are read from the SavedModel's translate_nbest "
+                      "graph"}
 
     def open(self, runtime, precision="fp32", checkpoint=None, **options):
         given = {k: v for k, v in dict(options, precision=precision,

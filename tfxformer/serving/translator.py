@@ -9,6 +9,7 @@ import functools
 
 import tensorflow as tf
 
+from tfxformer import checks
 from tfxformer.config import DecodingOptions
 from tfxformer.decoding import model_calls
 from tfxformer.decoding.chunking import decode_in_chunks
@@ -16,6 +17,7 @@ from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.scoring import score_ragged
 from tfxformer.decoding.shortlist import check_table
 from tfxformer.serving import nbest_request, search
+from tfxformer.serving.alignment import DEFAULT_LAYER, nbest_alignments
 from tfxformer.serving.inputs import (
     EXAMPLE_OPTION_SPECS,
     OPTION_SPECS,
@@ -104,6 +106,9 @@ class Translator(tf.Module):
             search (:mod:`tfxformer.serving.compiled`: a smaller fixed cost per decoder
             step, one program per padded shape); 0 (the default here; exports default
             to :data:`tfxformer.serving.compiled.DEFAULT_MAX_BATCH`) turns it off.
+        alignment_layer: the decoder layer whose encoder–decoder attention gives
+            `translate_nbest`'s word alignments (negative: from the top; default -2, the
+            penultimate; :mod:`tfxformer.serving.alignment`).
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
@@ -136,8 +141,10 @@ class Translator(tf.Module):
     def __init__(self, model, sentencepiece_model: bytes, beam_size=None, alpha=None,
                  extra_length=None, max_batch_size=None, max_input_tokens=None,
                  max_output_tokens=None, name="translator", shortlist=None, stopping=None,
-                 length_normalization=None, reverse_target=False, xla_max_batch=0):
+                 length_normalization=None, reverse_target=False, xla_max_batch=0,
+                 alignment_layer=DEFAULT_LAYER):
         super().__init__(name=name)
+        self.alignment_layer = checks.integer(alignment_layer, "alignment_layer")
         self.codec = TextCodec(sentencepiece_model, reverse_target)
         self.reverse_target = self.codec.reverse_target
         models = members(model)
@@ -261,7 +268,9 @@ class Translator(tf.Module):
             tf.string each hypothesis' SentencePiece pieces (EOS "</s>"), "" after them,
             "token_log_probs": (N, K, T) float32 each piece's log-probability under the
             (steered) distribution the search used, 0 after them, summing to score ×
-            length normalizer}, K the largest `num_hypotheses`; beyond a text's
+            length normalizer, "alignments": (N, K) tf.string each hypothesis' word
+            alignment to its text, Pharaoh "i-j" pairs (:mod:`tfxformer.serving.alignment`,
+            decoder layer `alignment_layer`)}, K the largest `num_hypotheses`; beyond a text's
             own count (or where the search found fewer hypotheses) "" with score -inf; a
             blank text's list is "" with score 0 (no pieces).
         """
@@ -279,9 +288,15 @@ class Translator(tf.Module):
                            lengths + options.options["extra_length"]) - 1
         request = nbest_request.read_request(options, target_prefix, constraints, tokenizer,
                                              limit, source.blank, self.reverse_target)
-        return nbest_outputs(self.search, self.codec, source, request,
-                             nbest_request.width(request.count), tokenizer,
-                             self.max_batch_size, token_scores)
+        outputs = nbest_outputs(self.search, self.codec, source, request,
+                                nbest_request.width(request.count), tokenizer,
+                                self.max_batch_size, token_scores)
+        if token_scores:
+            outputs["alignments"] = nbest_alignments(
+                self.model, self.codec, source, outputs["translations"], tokenizer,
+                self.max_batch_size, self.max_output_tokens, self.alignment_layer,
+                self.codec.tagged(text, target_language)[1])
+        return outputs
 
     def score_pairs(self, text, target, target_language=None):
         """The graph behind the `score` signature: log P(target | text) of each pair by
