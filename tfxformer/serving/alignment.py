@@ -26,9 +26,10 @@ from tfxformer.decoding import model_calls
 from tfxformer.decoding.chunking import decode_in_chunks
 from tfxformer.decoding.ensemble import members
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
+from tfxformer.serving.markup import put_back
 
 __all__ = ["DEFAULT_LAYER", "WORD_START", "align_rows", "nbest_alignments", "pharaoh",
-           "word_index"]
+           "restore_markup", "translator_alignments", "word_index"]
 
 DEFAULT_LAYER = -2  # the penultimate decoder layer
 WORD_START = "▁"  # SentencePiece's marker of a piece that begins a word
@@ -120,3 +121,33 @@ def nbest_alignments(model, codec, source, translations, tokenizer, chunk_size,
                                   align, (tf.string,))
     out = tf.tensor_scatter_nd_update(tf.fill([tf.size(flat)], ""), keep[:, None], aligned)
     return tf.reshape(out, shape)
+
+
+def translator_alignments(translator, source, translations, tokenizer, target_language=None):
+    """:func:`nbest_alignments` of a :class:`tfxformer.serving.Translator`'s (N, K)
+    `translations` of texts read as `source`, with its model, codec, chunk size, output
+    limit and `alignment_layer` (a multilingual model's language tag left out)."""
+    first = translator.codec.tagged(tf.fill(tf.shape(translations)[:1], ""),
+                                    target_language)[1]
+    return nbest_alignments(translator.model, translator.codec, source, translations,
+                            tokenizer, translator.max_batch_size,
+                            translator.max_output_tokens, translator.alignment_layer, first)
+
+
+def restore_markup(translator, source, translations, tokenizer, target_language=None,
+                   alignments=None, scores=None):
+    """A translator's (N,) or (N, K) `translations` of texts read as `source`, with the
+    texts' inline markup put back (:func:`tfxformer.serving.markup.put_back`) at the
+    target words `alignments` (Pharaoh strings of the same shape; None: aligned here, the
+    texts with markup only) link; as given where `source` holds no markup. With n-best
+    `scores`, a cell of score -inf (no hypothesis) stays ""."""
+    if source.markup is None:
+        return translations
+    if alignments is None:
+        wide = translations if translations.shape.rank == 2 else translations[:, None]
+        marked = tf.where(source.markup.marked[:, None], wide, "")
+        alignments = tf.reshape(translator_alignments(translator, source, marked, tokenizer,
+                                                      target_language),
+                                tf.shape(translations))
+    restored = put_back(source.markup, translations, alignments)
+    return restored if scores is None else tf.where(scores > -float("inf"), restored, "")

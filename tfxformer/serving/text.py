@@ -26,6 +26,7 @@ from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding.common import followed_in_row, rows_to_ragged
 from tfxformer.ids import EOS_ID, PAD_ID
 from tfxformer.serving.inputs import per_text
+from tfxformer.serving.markup import Markup, take_out
 
 __all__ = ["CHARS_PER_TOKEN", "Source", "TextCodec", "sanitize_utf8", "without_eos"]
 
@@ -51,11 +52,14 @@ def without_eos(ids, lengths):
 class Source(NamedTuple):
     """N texts read for decoding: `pieces` (N, None) ragged int32 (each text's pieces,
     cut, then EOS), `truncated` (N,) bool (a text was cut), `blank` (N,) bool (a text
-    has no piece beyond its language tag: it is never decoded)."""
+    has no piece beyond its language tag: it is never decoded), `markup` the texts'
+    inline markup, taken out before reading them (:mod:`tfxformer.serving.markup`), or
+    None with markup read as text."""
 
     pieces: tf.RaggedTensor
     truncated: tf.Tensor
     blank: tf.Tensor
+    markup: Markup | None = None
 
     def decoded_rows(self):
         """(A,) int64 the texts that are decoded: the non-blank ones, in order."""
@@ -82,15 +86,20 @@ class TextCodec:
             back in reading order, a target to score is reversed.
         target_languages: a multilingual model's target languages (() for one target):
             each text is then read with its language's tag in front.
+        markup: take inline markup (tags, entities, placeholders) out of a text that has
+            some before reading it, to be put back into its translation
+            (:mod:`tfxformer.serving.markup`); False reads markup as text.
     """
 
-    def __init__(self, sentencepiece_model: bytes, reverse_target=False, target_languages=()):
+    def __init__(self, sentencepiece_model: bytes, reverse_target=False, target_languages=(),
+                 markup=True):
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
             raise ValueError("`sentencepiece_model` must be the non-empty bytes of spm.model, "
                              f"got {type(sentencepiece_model).__name__}.")
         self.sentencepiece_model = sentencepiece_model
         self.reverse_target = bool(reverse_target)
         self.target_languages = tuple(target_languages)
+        self.markup = bool(markup)
         self._tags = [multilingual.tag_source(language, "") for language in
                       self.target_languages]
         self._tag_pieces = [multilingual.tag_pieces(sentencepiece_model, language)
@@ -106,8 +115,16 @@ class TextCodec:
         """(N,) strings -> their :class:`Source`, each cut to its `limits` (N,) int32
         tokens (EOS and a language tag included); `target_language` ((N,) strings) is
         a multilingual model's, required there (:meth:`tagged`)."""
-        text, tag_pieces = self.tagged(text, target_language)
-        return Source(*self.cut(text, tokenizer or self.tokenizer(), limits, tag_pieces))
+        markup = self.take_out(text)
+        text, tag_pieces = self.tagged(text if markup is None else markup.plain,
+                                       target_language)
+        return Source(*self.cut(text, tokenizer or self.tokenizer(), limits, tag_pieces),
+                      markup)
+
+    def take_out(self, text) -> Markup | None:
+        """The (N,) texts' inline markup (:func:`tfxformer.serving.markup.take_out`;
+        `plain` the texts to read), or None with `markup` off."""
+        return take_out(sanitize_utf8(text)) if self.markup else None
 
     def to_text(self, ids, lengths, tokenizer=None):
         """(B, L) ids with (B,) lengths counting a final EOS -> (B,) UTF-8 strings; a

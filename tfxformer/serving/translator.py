@@ -17,7 +17,7 @@ from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.scoring import score_ragged
 from tfxformer.decoding.shortlist import check_table
 from tfxformer.serving import nbest_request, search
-from tfxformer.serving.alignment import DEFAULT_LAYER, nbest_alignments
+from tfxformer.serving.alignment import DEFAULT_LAYER, restore_markup, translator_alignments
 from tfxformer.serving.inputs import (
     EXAMPLE_OPTION_SPECS,
     OPTION_SPECS,
@@ -109,6 +109,9 @@ class Translator(tf.Module):
         alignment_layer: the decoder layer whose encoder–decoder attention gives
             `translate_nbest`'s word alignments (negative: from the top; default -2, the
             penultimate; :mod:`tfxformer.serving.alignment`).
+        markup: a text with inline markup (tags, entities, placeholders) is translated
+            without it and gets it back around the aligned words
+            (:mod:`tfxformer.serving.markup`, docs/markup.md); False reads it as text.
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
@@ -142,10 +145,10 @@ class Translator(tf.Module):
                  extra_length=None, max_batch_size=None, max_input_tokens=None,
                  max_output_tokens=None, name="translator", shortlist=None, stopping=None,
                  length_normalization=None, reverse_target=False, xla_max_batch=0,
-                 alignment_layer=DEFAULT_LAYER):
+                 alignment_layer=DEFAULT_LAYER, markup=True):
         super().__init__(name=name)
         self.alignment_layer = checks.integer(alignment_layer, "alignment_layer")
-        self.codec = TextCodec(sentencepiece_model, reverse_target)
+        self.codec = TextCodec(sentencepiece_model, reverse_target, markup=markup)
         self.reverse_target = self.codec.reverse_target
         models = members(model)
         positions = check_members(models)
@@ -291,11 +294,13 @@ class Translator(tf.Module):
         outputs = nbest_outputs(self.search, self.codec, source, request,
                                 nbest_request.width(request.count), tokenizer,
                                 self.max_batch_size, token_scores)
+        alignments = None
         if token_scores:
-            outputs["alignments"] = nbest_alignments(
-                self.model, self.codec, source, outputs["translations"], tokenizer,
-                self.max_batch_size, self.max_output_tokens, self.alignment_layer,
-                self.codec.tagged(text, target_language)[1])
+            alignments = outputs["alignments"] = translator_alignments(
+                self, source, outputs["translations"], tokenizer, target_language)
+        outputs["translations"] = restore_markup(self, source, outputs["translations"],
+                                                 tokenizer, target_language, alignments,
+                                                 outputs["scores"])
         return outputs
 
     def score_pairs(self, text, target, target_language=None):
@@ -323,6 +328,8 @@ class Translator(tf.Module):
         tokenizer = self.make_tokenizer()
         source = self.codec.to_source(text, self._input_limits(None, tf.size(text)),
                                       target_language, tokenizer)
+        markup = self.codec.take_out(target)  # a target is read as its source is
+        target = target if markup is None else markup.plain
         target_ids, target_cut = self.codec.to_target(target, self.max_output_tokens,
                                                       tokenizer)
         token_log_probs, lengths, log_probs = score_ragged(self.model, source.pieces,
@@ -377,7 +384,9 @@ class Translator(tf.Module):
         translations, scores = decode_in_chunks(
             tf.cast(pieces.row_lengths(), tf.int32), self.max_batch_size, decode,
             (tf.string, tf.float32), keys=keys)
-        return {"translation": source.restore(translations, ""),
+        translations = restore_markup(self, source, source.restore(translations, ""),
+                                      tokenizer, target_language)
+        return {"translation": translations,
                 "score": source.restore(scores, 0.0), "truncated": source.truncated}
 
     def _input_limits(self, max_input_tokens, size):
