@@ -29,7 +29,7 @@ from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 from tfxformer.serving.markup import put_back
 
 __all__ = ["DEFAULT_LAYER", "WORD_START", "align_rows", "nbest_alignments", "pharaoh",
-           "restore_markup", "translator_alignments", "word_index"]
+           "restore_markup", "text_alignments", "translator_alignments", "word_index"]
 
 DEFAULT_LAYER = -2  # the penultimate decoder layer
 WORD_START = "▁"  # SentencePiece's marker of a piece that begins a word
@@ -124,9 +124,12 @@ def nbest_alignments(model, codec, source, translations, tokenizer, chunk_size,
 
 
 def translator_alignments(translator, source, translations, tokenizer, target_language=None):
-    """:func:`nbest_alignments` of a :class:`tfxformer.serving.Translator`'s (N, K)
-    `translations` of texts read as `source`, with its model, codec, chunk size, output
-    limit and `alignment_layer` (a multilingual model's language tag left out)."""
+    """:func:`nbest_alignments` of a :class:`tfxformer.serving.Translator`'s (S, K)
+    `translations` of the rows of `source` (:class:`tfxformer.serving.text.Source`), with
+    its model, codec, chunk size, output limit and `alignment_layer` (a multilingual
+    model's language tag left out)."""
+    if target_language is not None:
+        target_language = source.rows.per_row(tf.reshape(target_language, [-1]))
     first = translator.codec.tagged(tf.fill(tf.shape(translations)[:1], ""),
                                     target_language)[1]
     return nbest_alignments(translator.model, translator.codec, source, translations,
@@ -134,20 +137,58 @@ def translator_alignments(translator, source, translations, tokenizer, target_la
                             translator.max_output_tokens, translator.alignment_layer, first)
 
 
-def restore_markup(translator, source, translations, tokenizer, target_language=None,
+def text_alignments(source, alignments, translations):
+    """(S, K) alignments of the rows' (S, K) `translations` -> (N, K) those of the texts
+    the rows are joined into (:class:`tfxformer.serving.reading.Rows`): each row's word
+    indices shifted by the words of the text's rows before it, on either side."""
+    rows = source.rows
+    if not rows.split:
+        return alignments
+    shape = tf.shape(alignments)
+    start = tf.gather(tf.math.unsorted_segment_min(tf.range(shape[0]), rows.text_of,
+                                                   rows.texts), rows.text_of)
+
+    def before(counts):  # (S, K) -> the counts of the text's earlier rows
+        total = tf.cumsum(counts, axis=0, exclusive=True)
+        return total - tf.gather(total, start)
+
+    words = tf.reshape(tf.strings.split(tf.reshape(translations, [-1])).row_lengths(), shape)
+    source_words = tf.broadcast_to(source.markup.row_words[:, None], shape)
+    shift_i = tf.reshape(before(source_words), [-1])
+    shift_j = tf.reshape(before(tf.cast(words, tf.int32)), [-1])
+    pairs = tf.strings.split(tf.reshape(alignments, [-1]))  # (S·K, None)
+    cell = pairs.value_rowids()
+    i = tf.strings.to_number(tf.strings.regex_replace(pairs.values, "-.*", ""), tf.int32)
+    j = tf.strings.to_number(tf.strings.regex_replace(pairs.values, ".*-", ""), tf.int32)
+    links = tf.strings.join([tf.strings.as_string(i + tf.gather(shift_i, cell)), "-",
+                             tf.strings.as_string(j + tf.gather(shift_j, cell))])
+    # cell r·K + k belongs to text cell text_of[r]·K + k; the rows' links in row order
+    group = tf.gather(rows.text_of, cell // tf.cast(shape[1], tf.int64)) * shape[1] + \
+        tf.cast(cell % tf.cast(shape[1], tf.int64), tf.int32)
+    order = tf.argsort(group, stable=True)
+    joined = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
+        tf.gather(links, order), tf.cast(tf.gather(group, order), tf.int64),
+        tf.cast(rows.texts * shape[1], tf.int64)), axis=1, separator=" ")
+    return tf.reshape(joined, [rows.texts, shape[1]])
+
+
+def restore_markup(translator, source, texts, translations, tokenizer, target_language=None,
                    alignments=None, scores=None):
-    """A translator's (N,) or (N, K) `translations` of texts read as `source`, with the
-    texts' inline markup put back (:func:`tfxformer.serving.markup.put_back`) at the
-    target words `alignments` (Pharaoh strings of the same shape; None: aligned here, the
+    """A translator's (N,) or (N, K) `texts` (its rows' (S,) or (S, K) `translations`
+    joined), with the texts' inline markup put back
+    (:func:`tfxformer.serving.markup.put_back`) at the target words the rows'
+    `alignments` (Pharaoh strings shaped as `translations`; None: aligned here, the rows of
     texts with markup only) link; as given where `source` holds no markup. With n-best
     `scores`, a cell of score -inf (no hypothesis) stays ""."""
     if source.markup is None:
-        return translations
+        return texts
+    wide = translations if translations.shape.rank == 2 else translations[:, None]
     if alignments is None:
-        wide = translations if translations.shape.rank == 2 else translations[:, None]
-        marked = tf.where(source.markup.marked[:, None], wide, "")
-        alignments = tf.reshape(translator_alignments(translator, source, marked, tokenizer,
-                                                      target_language),
-                                tf.shape(translations))
-    restored = put_back(source.markup, translations, alignments)
+        marked = tf.where(source.rows.per_row(source.markup.marked)[:, None], wide, "")
+        alignments = translator_alignments(translator, source, marked, tokenizer,
+                                           target_language)
+    else:
+        alignments = tf.reshape(alignments, tf.shape(wide))
+    links = tf.reshape(text_alignments(source, alignments, wide), tf.shape(texts))
+    restored = put_back(source.markup, texts, links)
     return restored if scores is None else tf.where(scores > -float("inf"), restored, "")

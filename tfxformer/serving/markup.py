@@ -80,6 +80,7 @@ class Markup(NamedTuple):
     after: tf.Tensor
     glue_left: tf.Tensor
     glue_right: tf.Tensor
+    row_words: tf.Tensor | None = None  # (S,) int32 the words of each row read (text.py)
 
 
 def _pair(kinds, names, rows):
@@ -221,7 +222,7 @@ def widen(markup: Markup, k) -> Markup:
     rows = tf.sort(rows)
     per_text = [tf.repeat(value, k) for value in markup[:2]]
     return Markup(*per_text, tf.gather(markup.items, order), rows,
-                  *(tf.gather(value, order) for value in markup[4:]))
+                  *(tf.gather(value, order) for value in markup[4:10]))
 
 
 def put_back(markup: Markup, translations, alignments):

@@ -73,13 +73,21 @@ def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, toke
     lists = decode_in_chunks(tf.cast(pieces.row_lengths(), tf.int32), chunk_size, decode,
                              dtypes, ranks, keys=option_keys(decoded.options))
     first = tf.range(k) == 0  # a blank text's list: the empty translation with score 0
-    outputs = {"translations": source.restore(lists[0], tf.fill([k], "")),
-               "scores": source.restore(lists[1], tf.where(first, 0.0, -float("inf"))),
-               "truncated": source.truncated, "warning": request.warning}
+    blank_scores = tf.where(first, 0.0, -float("inf"))
+    # a text's hypothesis j: its sentences' j-th ones joined, scored by their sum
+    scores = source.rows.sum(source.restore(lists[1], blank_scores), blank_scores)
+    row_translations = source.restore(lists[0], tf.fill([k], ""))
+    translations = source.to_texts(row_translations)
+    outputs = {"translations": tf.where(scores > -float("inf"), translations, ""),
+               "row_translations": row_translations,  # (S, K): the caller pops it
+               "scores": scores, "truncated": source.text_truncated(),
+               "warning": source.rows.first_value(request.warning, "")}
     if not token_scores:
         return outputs
     ids, values = (source.restore(per_token, tf.zeros([k, columns], per_token.dtype))
                    for per_token in lists[2:])
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=2)
+    ids, values = source.rows.concat(ids, lengths), source.rows.concat(values, lengths)
     used = tf.reduce_max(tf.concat([tf.reshape(tf.reduce_sum(
         tf.cast(tf.not_equal(ids, PAD_ID), tf.int32), axis=2), [-1]), [0]], axis=0))
     ids = ids[:, :, :used]  # the pieces' strings only of the columns in use

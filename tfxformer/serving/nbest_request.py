@@ -17,10 +17,12 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from tfxformer.serving.inputs import checked, example_options, per_text
+from tfxformer.serving.reading import strip_controls
 from tfxformer.serving.text import CHARS_PER_TOKEN, sanitize_utf8
 
 __all__ = ["NBEST_INPUTS", "NBEST_SPECS", "OFF", "PHRASE_SEPARATOR", "NBestOptions",
-           "NBestRequest", "checked_options", "read_request", "width"]
+           "NBestRequest", "checked_options", "first_rows", "per_row", "read_request",
+           "width"]
 
 # The per-text inputs of `translate_nbest` after `text` (and a multilingual model's
 # `target_language`), in order; each (N,), and the value that turns the option off.
@@ -82,6 +84,23 @@ def checked_options(size, beam_size, alpha, extra_length, num_hypotheses,
                                                              repetition_penalty, size))
 
 
+def per_row(options: NBestOptions, rows) -> NBestOptions:
+    """The (N,) per-text `options` as (S,) per-row ones: each sentence row takes its
+    text's (`rows`: :class:`tfxformer.serving.reading.Rows`)."""
+    return NBestOptions({name: rows.per_row(value) for name, value in options.options.items()},
+                        *(rows.per_row(value) for value in options[1:]))
+
+
+def first_rows(size, rows, target_prefix, constraints):
+    """(S,) the rows' target prefixes and constraints: a text's go with its first
+    sentence row, the other rows have none (docs/robust_input.md)."""
+    first = rows.first()
+    return tuple(tf.where(first, rows.per_row(per_text(value, size, name, tf.string)), "")
+                 if rows.split else value
+                 for name, value in (("target_prefix", target_prefix),
+                                     ("constraints", constraints)))
+
+
 def read_request(options: NBestOptions, target_prefix, constraints, tokenizer, limit, blank,
                  reverse_target) -> NBestRequest:
     """The :class:`NBestRequest` of N texts: their `options` with their prefixes and
@@ -123,7 +142,7 @@ def prefixes(target_prefix, size, tokenizer, limit, blank, reverse_target):
     text's prefix ignored."""
     given = per_text(target_prefix, size, "target_prefix", tf.string)
     text = sanitize_utf8(given)
-    prefix, cut = prefix_pieces(tokenizer, text, limit)
+    prefix, cut = prefix_pieces(tokenizer, strip_controls(text), limit)
     has = prefix.row_lengths() > 0
     ignored = has & (blank | reverse_target)
     lengths = prefix.row_lengths()
@@ -148,7 +167,7 @@ def constraint_phrases(constraints, size, tokenizer, limit, blank, reverse_targe
     pieces right to left, as it writes them."""
     given = per_text(constraints, size, "constraints", tf.string)
     text = sanitize_utf8(given)
-    phrases, cut = constraint_pieces(tokenizer, text, limit)
+    phrases, cut = constraint_pieces(tokenizer, strip_controls(text), limit)
     if reverse_target:  # the model writes each phrase's pieces right to left
         phrases = reversed_phrases(phrases)
     has = phrases.row_lengths() > 0

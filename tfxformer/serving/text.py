@@ -7,12 +7,15 @@ replaced by U+FFFD, a multilingual model's language tag put first, SentencePiece
 cut to a limit, then EOS; which texts were cut, which are blank), and
 :meth:`TextCodec.to_text` writes the (B, L) ids of decoded rows as UTF-8 strings (a
 right-to-left model's pieces put back in reading order first). The rows decoded are the
-non-blank texts (:meth:`Source.decoded_rows`); :meth:`Source.restore` puts their outputs
-back on all N texts. A reading of the input that the output must undo (a text split into
-sentences that are joined again, a casing put back) keeps what undoing it needs in the
-:class:`Source`, and undoes it where the outputs go back onto the texts.
+non-blank rows (:meth:`Source.decoded_rows`); :meth:`Source.restore` puts their outputs
+back on all S rows. A reading of the input that the output must undo (a text split into
+sentences that are joined again, a casing put back: :mod:`tfxformer.serving.reading`) keeps
+what undoing it needs in the :class:`Source` (`rows`), and undoes it where the outputs go
+back onto the texts (:meth:`Source.to_texts`, and :class:`tfxformer.serving.reading.Rows`'
+`sum`, `any`, `first_value`, `concat` for scores, flags, warnings and pieces).
 
-Shapes: N texts, B rows of one chunk, L output columns.
+Shapes: N texts, S rows (a text's sentences; one per text without sentence splitting),
+B rows of one chunk, L output columns.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import tensorflow as tf
 from tfxformer import multilingual
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding.common import followed_in_row, rows_to_ragged
-from tfxformer.ids import EOS_ID, PAD_ID
+from tfxformer.ids import EOS_ID, PAD_ID, UNK_ID
 from tfxformer.serving.inputs import per_text
 from tfxformer.serving.markup import Markup, take_out
+from tfxformer.serving.reading import UNKNOWN, ReadingOptions, Rows, read_texts
 
 __all__ = ["CHARS_PER_TOKEN", "Source", "TextCodec", "sanitize_utf8", "without_eos"]
 
@@ -50,24 +54,39 @@ def without_eos(ids, lengths):
 
 
 class Source(NamedTuple):
-    """N texts read for decoding: `pieces` (N, None) ragged int32 (each text's pieces,
-    cut, then EOS), `truncated` (N,) bool (a text was cut), `blank` (N,) bool (a text
-    has no piece beyond its language tag: it is never decoded), `markup` the texts'
-    inline markup, taken out before reading them (:mod:`tfxformer.serving.markup`), or
-    None with markup read as text."""
+    """N texts read for decoding as S rows (:mod:`tfxformer.serving.reading`): `pieces`
+    (S, None) ragged int32 (each row's pieces, cut, then EOS), `truncated` (S,) bool (a
+    row was cut), `blank` (S,) bool (a row has no piece beyond its language tag: it is
+    never decoded), `rows` the :class:`tfxformer.serving.reading.Rows` mapping rows to
+    texts, `unknown` (S,) bool (a row's source holds an unknown piece, or "⁇"), `markup`
+    the texts' inline markup, taken out before reading them
+    (:mod:`tfxformer.serving.markup`), or None with markup read as text."""
 
     pieces: tf.RaggedTensor
     truncated: tf.Tensor
     blank: tf.Tensor
+    rows: Rows
+    unknown: tf.Tensor
     markup: Markup | None = None
 
     def decoded_rows(self):
-        """(A,) int64 the texts that are decoded: the non-blank ones, in order."""
+        """(A,) int64 the rows that are decoded: the non-blank ones, in order."""
         return tf.where(~self.blank)[:, 0]
 
+    def to_texts(self, strings, fill=""):
+        """Row outputs (S,) or (S, K) strings -> the texts' (N,) or (N, K): cleaned
+        (no control character, no "⁇" the source had not), cast back into the source's
+        case and joined (:meth:`tfxformer.serving.reading.Rows.join`); a text without
+        rows `fill`."""
+        return self.rows.join(self.rows.clean(strings, self.unknown), fill)
+
+    def text_truncated(self):
+        """(N,) bool: a row of the text was cut."""
+        return self.rows.any(self.truncated)
+
     def restore(self, values, fill):
-        """(A, ...) outputs of the :meth:`decoded_rows` -> (N, ...) outputs of all the
-        texts, a blank text's `fill` (one value, of `values`' shape after the first axis)."""
+        """(A, ...) outputs of the :meth:`decoded_rows` -> (S, ...) outputs of all the
+        rows, a blank row's `fill` (one value, of `values`' shape after the first axis)."""
         fill = tf.convert_to_tensor(fill, values.dtype)
         values = tf.reshape(values, tf.concat([[-1], tf.shape(fill)], axis=0))  # A = 0 too
         index = tf.where(self.blank, tf.shape(values, out_type=tf.int64)[0],
@@ -86,19 +105,22 @@ class TextCodec:
             back in reading order, a target to score is reversed.
         target_languages: a multilingual model's target languages (() for one target):
             each text is then read with its language's tag in front.
+        reading: how texts are read into rows (:class:`tfxformer.serving.reading.ReadingOptions`;
+            default: sentences split with generic rules, ALL CAPS and Title Case recased).
         markup: take inline markup (tags, entities, placeholders) out of a text that has
             some before reading it, to be put back into its translation
             (:mod:`tfxformer.serving.markup`); False reads markup as text.
     """
 
     def __init__(self, sentencepiece_model: bytes, reverse_target=False, target_languages=(),
-                 markup=True):
+                 reading=None, markup=True):
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
             raise ValueError("`sentencepiece_model` must be the non-empty bytes of spm.model, "
                              f"got {type(sentencepiece_model).__name__}.")
         self.sentencepiece_model = sentencepiece_model
         self.reverse_target = bool(reverse_target)
         self.target_languages = tuple(target_languages)
+        self.reading = ReadingOptions() if reading is None else reading
         self.markup = bool(markup)
         self._tags = [multilingual.tag_source(language, "") for language in
                       self.target_languages]
@@ -111,15 +133,31 @@ class TextCodec:
         holds the one fix for tensorflow-text's kernel-owned resource)."""
         return sentencepiece_tokenizer(self.sentencepiece_model)
 
-    def to_source(self, text, limits, target_language=None, tokenizer=None) -> Source:
-        """(N,) strings -> their :class:`Source`, each cut to its `limits` (N,) int32
-        tokens (EOS and a language tag included); `target_language` ((N,) strings) is
-        a multilingual model's, required there (:meth:`tagged`)."""
+    def to_source(self, text, limits, target_language=None, tokenizer=None,
+                  reading=None) -> Source:
+        """(N,) strings -> their :class:`Source`: inline markup taken out (:meth:`take_out`),
+        read into rows by `reading` (None: the codec's;
+        :func:`tfxformer.serving.reading.read_texts`), each row cut to its text's
+        `limits` (N,) int32 tokens (EOS and a language tag included); `target_language`
+        ((N,) strings) is a multilingual model's, required there (:meth:`tagged`), each
+        row tagged with its text's."""
+        text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
         markup = self.take_out(text)
-        text, tag_pieces = self.tagged(text if markup is None else markup.plain,
-                                       target_language)
-        return Source(*self.cut(text, tokenizer or self.tokenizer(), limits, tag_pieces),
-                      markup)
+        row_text, rows = read_texts(text if markup is None else markup.plain,
+                                    reading or self.reading)
+        if markup is not None:  # each row's words: where a text's alignments add up
+            markup = markup._replace(row_words=tf.cast(
+                tf.strings.split(row_text).row_lengths(), tf.int32))
+        if target_language is not None:
+            language = tf.reshape(tf.convert_to_tensor(target_language, tf.string), [-1])
+            target_language = rows.per_row(per_text(language, tf.size(text),
+                                                    "target_language", tf.string))
+        row_text, tag_pieces = self.tagged(row_text, target_language)
+        pieces, truncated, blank = self.cut(row_text, tokenizer or self.tokenizer(),
+                                            rows.per_row(limits), tag_pieces)
+        unknown = (tf.reduce_any(tf.equal(pieces, UNK_ID), axis=1)
+                   | tf.strings.regex_full_match(row_text, f"(?s).*{UNKNOWN}.*"))
+        return Source(pieces, truncated, blank, rows, unknown, markup)
 
     def take_out(self, text) -> Markup | None:
         """The (N,) texts' inline markup (:func:`tfxformer.serving.markup.take_out`;

@@ -17,7 +17,12 @@ from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.scoring import score_ragged
 from tfxformer.decoding.shortlist import check_table
 from tfxformer.serving import nbest_request, search
-from tfxformer.serving.alignment import DEFAULT_LAYER, restore_markup, translator_alignments
+from tfxformer.serving.alignment import (
+    DEFAULT_LAYER,
+    restore_markup,
+    text_alignments,
+    translator_alignments,
+)
 from tfxformer.serving.inputs import (
     EXAMPLE_OPTION_SPECS,
     OPTION_SPECS,
@@ -31,6 +36,7 @@ from tfxformer.serving.inputs import (
 )
 from tfxformer.serving.nbest_lists import nbest_outputs
 from tfxformer.serving.nbest_request import NBEST_SPECS
+from tfxformer.serving.reading import RAW
 from tfxformer.serving.text import TextCodec
 
 __all__ = ["Translator", "signature"]
@@ -112,6 +118,10 @@ class Translator(tf.Module):
         markup: a text with inline markup (tags, entities, placeholders) is translated
             without it and gets it back around the aligned words
             (:mod:`tfxformer.serving.markup`, docs/markup.md); False reads it as text.
+        reading: how texts are read (:class:`tfxformer.serving.reading.ReadingOptions`;
+            None: sentence splitting and recasing on, generic sentence rules): every
+            signature but `score` decodes a text's sentences as rows of their own and
+            joins their outputs back (docs/robust_input.md).
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
@@ -145,10 +155,12 @@ class Translator(tf.Module):
                  extra_length=None, max_batch_size=None, max_input_tokens=None,
                  max_output_tokens=None, name="translator", shortlist=None, stopping=None,
                  length_normalization=None, reverse_target=False, xla_max_batch=0,
-                 alignment_layer=DEFAULT_LAYER, markup=True):
+                 reading=None, alignment_layer=DEFAULT_LAYER, markup=True):
         super().__init__(name=name)
         self.alignment_layer = checks.integer(alignment_layer, "alignment_layer")
-        self.codec = TextCodec(sentencepiece_model, reverse_target, markup=markup)
+        self.codec = TextCodec(sentencepiece_model, reverse_target, reading=reading,
+                               markup=markup)
+        self.reading = self.codec.reading
         self.reverse_target = self.codec.reverse_target
         models = members(model)
         positions = check_members(models)
@@ -285,22 +297,26 @@ class Translator(tf.Module):
         tokenizer = self.make_tokenizer()
         source = self.codec.to_source(text, self._input_limits(max_input_tokens, size),
                                       target_language, tokenizer)
+        rows = nbest_request.per_row(options, source.rows)
         lengths = tf.cast(source.pieces.row_lengths(), tf.int32)
         # the pieces a prefix or constraints may take: the output limit less one
         limit = tf.minimum(self.max_output_tokens,
-                           lengths + options.options["extra_length"]) - 1
-        request = nbest_request.read_request(options, target_prefix, constraints, tokenizer,
-                                             limit, source.blank, self.reverse_target)
+                           lengths + rows.options["extra_length"]) - 1
+        prefix, constraints = nbest_request.first_rows(size, source.rows, target_prefix,
+                                                       constraints)
+        request = nbest_request.read_request(rows, prefix, constraints, tokenizer, limit,
+                                             source.blank, self.reverse_target)
         outputs = nbest_outputs(self.search, self.codec, source, request,
-                                nbest_request.width(request.count), tokenizer,
+                                nbest_request.width(options.count), tokenizer,
                                 self.max_batch_size, token_scores)
-        alignments = None
+        row_translations, alignments = outputs.pop("row_translations"), None
         if token_scores:
-            alignments = outputs["alignments"] = translator_alignments(
-                self, source, outputs["translations"], tokenizer, target_language)
-        outputs["translations"] = restore_markup(self, source, outputs["translations"],
-                                                 tokenizer, target_language, alignments,
-                                                 outputs["scores"])
+            alignments = translator_alignments(self, source, row_translations, tokenizer,
+                                               target_language)
+            outputs["alignments"] = text_alignments(source, alignments, row_translations)
+        outputs["translations"] = restore_markup(
+            self, source, outputs["translations"], row_translations, tokenizer,
+            target_language, alignments, outputs["scores"])
         return outputs
 
     def score_pairs(self, text, target, target_language=None):
@@ -327,7 +343,7 @@ class Translator(tf.Module):
                          "`target` must have one value per text (shape [N] like `text`)")
         tokenizer = self.make_tokenizer()
         source = self.codec.to_source(text, self._input_limits(None, tf.size(text)),
-                                      target_language, tokenizer)
+                                      target_language, tokenizer, reading=RAW)
         markup = self.codec.take_out(target)  # a target is read as its source is
         target = target if markup is None else markup.plain
         target_ids, target_cut = self.codec.to_target(target, self.max_output_tokens,
@@ -365,12 +381,13 @@ class Translator(tf.Module):
                                       target_language, tokenizer)
         if per_example:
             options = example_options(options, tf.size(text))
-        # Blank inputs never reach the model: only the other rows are decoded.
+        # Blank rows never reach the model: only the other rows are decoded.
         active = source.decoded_rows()
         pieces = tf.gather(source.pieces, active)
         keys = None
-        if per_example:  # texts with equal options are decoded together
-            options = {name: tf.gather(value, active) for name, value in options.items()}
+        if per_example:  # rows with equal options are decoded together
+            options = {name: tf.gather(source.rows.per_row(value), active)
+                       for name, value in options.items()}
             keys = option_keys(options)
 
         def decode(rows, chunk):
@@ -384,10 +401,11 @@ class Translator(tf.Module):
         translations, scores = decode_in_chunks(
             tf.cast(pieces.row_lengths(), tf.int32), self.max_batch_size, decode,
             (tf.string, tf.float32), keys=keys)
-        translations = restore_markup(self, source, source.restore(translations, ""),
-                                      tokenizer, target_language)
-        return {"translation": translations,
-                "score": source.restore(scores, 0.0), "truncated": source.truncated}
+        translations = source.restore(translations, "")
+        return {"translation": restore_markup(self, source, source.to_texts(translations),
+                                              translations, tokenizer, target_language),
+                "score": source.rows.sum(source.restore(scores, 0.0), 0.0),
+                "truncated": source.text_truncated()}
 
     def _input_limits(self, max_input_tokens, size):
         """(N,) int32 source-token limits: the export's, or lower ones asked per text."""
