@@ -113,3 +113,17 @@ def test_translate_nbest_gives_alignments_within_the_words(tiny_export, spm_mode
             for pair in links.split():
                 i, j = map(int, pair.split(b"-"))
                 assert 0 <= i < len(text.split()) and 0 <= j < words
+
+
+def test_a_texts_alignment_joins_its_sentence_rows():
+    from types import SimpleNamespace
+
+    from tfxformer.serving.alignment import text_alignments
+    from tfxformer.serving.reading import Rows
+
+    rows = Rows(tf.constant([0, 0, 1]), tf.ragged.constant([["", " ", ""], ["", ""]]), None,
+                tf.constant(2))
+    source = SimpleNamespace(rows=rows, markup=SimpleNamespace(row_words=tf.constant([2, 3, 1])))
+    out = text_alignments(source, tf.constant([["0-0 1-1"], ["0-1 2-0"], ["0-0"]]),
+                          tf.constant([["A B"], ["C D E"], ["F"]]))
+    assert out.numpy().tolist() == [[b"0-0 1-1 2-3 4-2"], [b"0-0"]]
