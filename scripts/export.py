@@ -186,6 +186,18 @@ def build_parser():
                              "length bucket when the version loads and TF Serving then needs "
                              "--xla_cpu_compilation_enabled=true (docs/serving.md); "
                              "default: %(default)s, off")
+    parser.add_argument("--no-sentence-split", dest="sentence_split", action="store_false",
+                        help="read each text as one sentence (SavedModel exports): by "
+                             "default every signature but `score` cuts a text into its "
+                             "sentences (the source "
+                             "language's rules), decodes them together and joins their "
+                             "translations with the text's own spaces and newlines "
+                             "(docs/robust_input.md)")
+    parser.add_argument("--no-recase", dest="recase", action="store_false",
+                        help="give ALL CAPS and Title Case text to the model as it is "
+                             "(SavedModel exports): by default such a sentence is "
+                             "translated in normal case and its "
+                             "translation cast back (docs/robust_input.md)")
     return parser
 
 
@@ -269,7 +281,8 @@ def export(args):
                    shortlist_max_pairs=args.shortlist_max_pairs)
     if args.xla_max_batch < 0:
         raise ValueError(f"--xla-max-batch must be >= 0 (0: off), got {args.xla_max_batch}.")
-    options.update(xla_max_batch=args.xla_max_batch, signatures=args.signatures)
+    options.update(xla_max_batch=args.xla_max_batch, signatures=args.signatures,
+                   sentence_split=args.sentence_split, recase=args.recase)
     if args.rerank_with is not None:
         return export_reranked(args, options)
     if args.rerank_weight or args.rerank_hypotheses:

@@ -68,7 +68,7 @@ RECORD_KEYS = {
 # a reranking export's weights and rescoring models (tfxformer.serving.reranking);
 # "signatures": the signatures it holds (scripts/export.py --signatures).
 _EXPORT_KEYS = ("decoding", "precision", "compute_dtype", "shortlist", "ensemble",
-                "precision_reason", "xla_max_batch", "rerank", "signatures")
+                "precision_reason", "xla_max_batch", "rerank", "signatures", "input")
 # Entries of the record that must match for a run dir to be resumed by a new command.
 _MUST_MATCH = ("model", "src", "tgt", "vocabulary_sha256")
 _CORRUPT = (tf.errors.OpError, IndexError, OSError)  # a truncated .data raises IndexError

@@ -128,10 +128,8 @@ def translator_alignments(translator, source, translations, tokenizer, target_la
     `translations` of the rows of `source` (:class:`tfxformer.serving.text.Source`), with
     its model, codec, chunk size, output limit and `alignment_layer` (a multilingual
     model's language tag left out)."""
-    if target_language is not None:
-        target_language = source.rows.per_row(tf.reshape(target_language, [-1]))
     first = translator.codec.tagged(tf.fill(tf.shape(translations)[:1], ""),
-                                    target_language)[1]
+                                    target_language, source.rows)[1]
     return nbest_alignments(translator.model, translator.codec, source, translations,
                             tokenizer, translator.max_batch_size,
                             translator.max_output_tokens, translator.alignment_layer, first)

@@ -42,7 +42,7 @@ import sentencepiece
 
 from tfxformer import checks
 from tfxformer.config import DecodingOptions
-from tfxformer.ids import SPM_FILENAME
+from tfxformer.ids import SPM_FILENAME, UNK_ID
 from tfxformer.locate import (  # noqa: F401 (the format's names, re-exported from here)
     CT2_FORMAT as FORMAT,
 )
@@ -52,6 +52,7 @@ from tfxformer.locate import (  # noqa: F401
 from tfxformer.locate import CT2_MARKER_FILENAME as MARKER_FILENAME
 from tfxformer.locate import is_ctranslate2_dir, read_ctranslate2_marker
 from tfxformer.serving.nbest import Hypothesis, line_constraints, split_lines
+from tfxformer.serving.reading import ReadingOptions, translate_read
 
 __all__ = ["MARKER_FILENAME", "QUANTIZATIONS", "Ct2NBestFn", "Ct2TranslateFn",
            "ct2_length_penalty", "is_ctranslate2_dir", "load_ct2_translate_fn",
@@ -130,6 +131,20 @@ class Ct2TranslateFn:
         self.compute_type = translator.compute_type
 
     def __call__(self, lines) -> list[str]:
+        """Each line read as an export reads it (its sentences, their case; the export
+        options' defaults: :func:`tfxformer.serving.reading.translate_read`)."""
+        return translate_read(lines, self.translate_rows, self.reading, self._has_unknown)
+
+    @property
+    def reading(self) -> ReadingOptions:
+        """How lines are read: sentences split by the source language's rules, recased."""
+        return ReadingOptions(language=self.record.get("src"))
+
+    def _has_unknown(self, row) -> bool:
+        return UNK_ID in self._sp.encode(row)
+
+    def translate_rows(self, lines) -> list[str]:
+        """Each line translated as one sentence, as it is."""
         sources = [self._source(line) for line in lines]
         outputs = [""] * len(sources)  # blank lines stay blank, as in the SavedModel
         # Every batch is queued at once; CTranslate2 decodes `threads` of them in parallel.

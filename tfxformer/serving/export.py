@@ -64,6 +64,7 @@ from tfxformer.models.transformer import Transformer
 from tfxformer.rundir import CONFIG_FILENAME, SPM_FILENAME, RunRecord
 from tfxformer.serving.compiled import DEFAULT_MAX_BATCH
 from tfxformer.serving.multilingual_translator import make_translator
+from tfxformer.serving.reading import ReadingOptions
 from tfxformer.serving.shortlist_data import shortlist_for
 from tfxformer.serving.signatures import check_signatures
 from tfxformer.serving.warmup import (
@@ -131,7 +132,8 @@ def _asset_config(translator, config, precision_reason=None, signatures=None):
     export = dict(precision=_PRECISION_OF_DTYPE.get(model.compute_dtype, model.compute_dtype),
                   compute_dtype=model.compute_dtype, shortlist=translator.shortlist_info,
                   xla_max_batch=translator.xla_max_batch,
-                  signatures=list(check_signatures(signatures)))
+                  signatures=list(check_signatures(signatures)),
+                  input=translator.reading.to_dict())
     if precision_reason is not None:
         export["precision_reason"] = precision_reason
     if len(translator.models) > 1:
@@ -228,13 +230,15 @@ def _save(translator, path, sources, config, names):
 def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra_length=None,
                     max_batch_size=None, max_input_tokens=None, max_output_tokens=None,
                     shortlist=None, stopping=None, length_normalization=None,
-                    xla_max_batch=DEFAULT_MAX_BATCH):
+                    xla_max_batch=DEFAULT_MAX_BATCH, sentence_split=True, recase=True):
     """A :class:`Translator` whose unset limits default to the run's training length
     filter (`record.max_length` of the :class:`RunRecord`: the model never saw a longer
     source nor produced a longer target) and whose other unset options (None) are
     :class:`tfxformer.config.DecodingOptions`' (`shortlist`: a
     :class:`tfxformer.decoding.ShortlistTable` or None; `stopping` and
-    `length_normalization`: beam search's rules, fixed in the graph)."""
+    `length_normalization`: beam search's rules, fixed in the graph) and which reads
+    each text as sentence rows (`sentence_split`, `recase`; the sentence rules of the
+    record's source language: :class:`tfxformer.serving.reading.ReadingOptions`)."""
     trained = record.max_length
     return make_translator(model, spm_bytes, record.target_languages, beam_size=beam_size,
                            alpha=alpha, extra_length=extra_length,
@@ -242,7 +246,14 @@ def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra
                            max_input_tokens=max_input_tokens or trained,
                            max_output_tokens=max_output_tokens or trained, shortlist=shortlist,
                            stopping=stopping, length_normalization=length_normalization,
-                           reverse_target=record.reverse_target, xla_max_batch=xla_max_batch)
+                           reverse_target=record.reverse_target, xla_max_batch=xla_max_batch,
+                           reading=reading_options(record, sentence_split, recase))
+
+
+def reading_options(record, sentence_split=True, recase=True):
+    """The :class:`ReadingOptions` of an export of `record`'s model: its source language's
+    sentence rules, with `sentence_split` and `recase` as given."""
+    return ReadingOptions(bool(sentence_split), bool(recase), record.src)
 
 
 def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_length=None,
@@ -250,7 +261,7 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
                    max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
                    shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
                    stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH,
-                   signatures=None):
+                   signatures=None, sentence_split=True, recase=True):
     """Loads a trained run dir (:func:`tfxformer.pretrained.load_run_dir`), a preset dir
     of `Transformer.save_to_preset` or a SavedModel of one model
     (:func:`tfxformer.pretrained.load_source`; a SavedModel's decoding options not given
@@ -265,7 +276,10 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
     this many sentences run an XLA-compiled beam search (:mod:`tfxformer.serving.compiled`;
     TF Serving then needs `--xla_cpu_compilation_enabled=true`); 0 turns it off; recorded
     in config.json (`export`). `precision` "auto": :func:`export_precision`.
-    `signatures`: the signatures to export (:func:`export_translator`; None: all)."""
+    `signatures`: the signatures to export (:func:`export_translator`; None: all).
+    `sentence_split`, `recase`: how every signature but `score` reads a text
+    (:mod:`tfxformer.serving.reading`; both on by default; docs/robust_input.md),
+    recorded in config.json (`input`)."""
     check_signatures(signatures)
     precision, reason = export_precision(precision)
     model, record, spm_bytes = pretrained.load_source(Transformer, model_dir, checkpoint,
@@ -277,7 +291,8 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
         length_normalization=length_normalization, xla_max_batch=xla_max_batch))
     table = shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
-    translator = _make_translator(model, record, spm_bytes, shortlist=table, **options)
+    translator = _make_translator(model, record, spm_bytes, shortlist=table,
+                                  sentence_split=sentence_split, recase=recase, **options)
     return export_translator(translator, export_dir, config=record, version=version,
                              num_batch_threads=num_batch_threads, precision_reason=reason,
                              signatures=signatures)
@@ -343,7 +358,7 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
                     max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
                     shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
                     stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH,
-                    signatures=None):
+                    signatures=None, sentence_split=True, recase=True):
     """Exports one SavedModel that decodes with every model of `member_paths` at once:
     beam search on their averaged probabilities (:mod:`tfxformer.decoding.ensemble`).
 
@@ -387,7 +402,8 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
     table = shortlist_for(record, spm_bytes, models[0], shortlist, shortlist_data,
                            shortlist_max_pairs)
     translator = _make_translator(models, record, spm_bytes, shortlist=table,
-                                  xla_max_batch=xla_max_batch, **options)
+                                  xla_max_batch=xla_max_batch, sentence_split=sentence_split,
+                                  recase=recase, **options)
     config = {**record.to_dict(),
               "ensemble": _ensemble_record(translator, [locate.source_name(p) for p in paths])}
     return export_translator(translator, export_dir, config=config, version=version,

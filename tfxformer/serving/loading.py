@@ -29,6 +29,7 @@ from tfxformer.serving.batching import translate_in_length_order
 from tfxformer.serving.ctranslate2 import Ct2NBestFn, load_ct2_translate_fn
 from tfxformer.serving.multilingual_translator import make_translator
 from tfxformer.serving.nbest import NBestFn
+from tfxformer.serving.reading import ReadingOptions
 from tfxformer.serving.signatures import SignatureOpener, missing_signature
 
 _DEFAULTS = DecodingOptions()
@@ -68,18 +69,21 @@ class TranslateFn:
 def make_translate_fn(model, spm_bytes: bytes, beam_size=None, alpha=None,
                       extra_length=None, batch_size=_DEFAULTS.batch_size, path=None,
                       target_languages=(), target_language=None, stopping=None,
-                      length_normalization=None, reverse_target=False, kind=None):
+                      length_normalization=None, reverse_target=False, kind=None,
+                      reading=None):
     """A :class:`TranslateFn` over a Transformer in memory and its vocabulary `spm_bytes`,
     translating with the exported graph (:class:`tfxformer.serving.Translator`); a
     multilingual model's (`target_languages`) into `target_language`; a right-to-left
     model's (`reverse_target`) pieces put back in reading order. `path`, `kind`: where
-    it was loaded from (:data:`tfxformer.locate.KINDS`; default "run_dir" with a path)."""
+    it was loaded from (:data:`tfxformer.locate.KINDS`; default "run_dir" with a path).
+    `reading`: how texts are read (:class:`tfxformer.serving.reading.ReadingOptions`;
+    None: an export's default, generic sentence rules)."""
     decoding = _DEFAULTS.replace(beam_size=beam_size, alpha=alpha, extra_length=extra_length,
                                  stopping=stopping, length_normalization=length_normalization)
     options = _search_options(decoding)
     translator = make_translator(model, spm_bytes, target_languages,
                                  max_batch_size=batch_size, reverse_target=reverse_target,
-                                 **options)
+                                 reading=reading, **options)
     function = _into(translator.__call__, target_languages, target_language,
                      path or "the model")
     return TranslateFn(function, translator, path or "model in memory",
@@ -177,7 +181,8 @@ class _Translating:
                                  kind=loader.kind, target_languages=record.target_languages,
                                  target_language=target_language, stopping=stopping,
                                  length_normalization=length_normalization,
-                                 reverse_target=record.reverse_target)
+                                 reverse_target=record.reverse_target,
+                                 reading=ReadingOptions(language=record.src))
 
     @staticmethod
     def from_saved_model(loader, loaded, beam_size=None, alpha=None, extra_length=None,

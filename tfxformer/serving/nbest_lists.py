@@ -25,12 +25,15 @@ from tfxformer.serving.inputs import option_keys
 __all__ = ["chunk_steering", "nbest_lists", "nbest_outputs", "steered_lists"]
 
 
-def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, token_scores):
+def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, token_scores,
+                  blank_warning=""):
     """The outputs of `translate_nbest` (:meth:`tfxformer.serving.Translator.nbest`) for
-    N texts: `source` (:class:`tfxformer.serving.text.Source`) and `request`
-    (:class:`tfxformer.serving.nbest_request.NBestRequest`) theirs, decoded by `search`
-    (:class:`tfxformer.serving.search.Search`) and written by `codec`
-    (:class:`tfxformer.serving.text.TextCodec`); `k` () int32 the list length."""
+    N texts: `source` (:class:`tfxformer.serving.text.Source`, S rows) and `request`
+    (:class:`tfxformer.serving.nbest_request.NBestRequest`, per row) theirs, decoded by
+    `search` (:class:`tfxformer.serving.search.Search`) and written by `codec`
+    (:class:`tfxformer.serving.text.TextCodec`); `k` () int32 the list length. A text's
+    hypothesis j is its rows' j-th joined, its score their sum, its pieces theirs one
+    after another; its warning its first row's (`blank_warning` (N,) without rows)."""
     active = source.decoded_rows()
     pieces, decoded = tf.gather(source.pieces, active), request.rows(active)
     columns = search.options.max_output_tokens
@@ -81,7 +84,7 @@ def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, toke
     outputs = {"translations": tf.where(scores > -float("inf"), translations, ""),
                "row_translations": row_translations,  # (S, K): the caller pops it
                "scores": scores, "truncated": source.text_truncated(),
-               "warning": source.rows.first_value(request.warning, "")}
+               "warning": source.rows.first_value(request.warning, blank_warning)}
     if not token_scores:
         return outputs
     ids, values = (source.restore(per_token, tf.zeros([k, columns], per_token.dtype))

@@ -92,13 +92,20 @@ def per_row(options: NBestOptions, rows) -> NBestOptions:
 
 
 def first_rows(size, rows, target_prefix, constraints):
-    """(S,) the rows' target prefixes and constraints: a text's go with its first
-    sentence row, the other rows have none (docs/robust_input.md)."""
+    """((S,) the rows' target prefixes, (S,) their constraints, (N,) the warnings of the
+    texts without rows): a text's prefix and constraints go with its first sentence row,
+    the other rows have none (docs/robust_input.md); a text of only whitespace (no row)
+    has them ignored."""
+    if not rows.split:
+        return target_prefix, constraints, tf.fill([size], "")
+    given = [per_text(value, size, name, tf.string) for name, value in (
+        ("target_prefix", target_prefix), ("constraints", constraints))]
     first = rows.first()
-    return tuple(tf.where(first, rows.per_row(per_text(value, size, name, tf.string)), "")
-                 if rows.split else value
-                 for name, value in (("target_prefix", target_prefix),
-                                     ("constraints", constraints)))
+    no_rows = ~rows.has_rows()
+    warning = with_notes(tf.fill([size], ""), [
+        (no_rows & tf.not_equal(value, ""), f"blank text: {name} ignored")
+        for name, value in zip(("target_prefix", "constraints"), given, strict=True)])
+    return (*(tf.where(first, rows.per_row(value), "") for value in given), warning)
 
 
 def read_request(options: NBestOptions, target_prefix, constraints, tokenizer, limit, blank,

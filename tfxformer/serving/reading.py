@@ -38,7 +38,8 @@ import tensorflow as tf
 
 from tfxformer.serving import casing, segment
 
-__all__ = ["CONTROLS", "RAW", "UNKNOWN", "ReadingOptions", "Rows", "read_texts", "strip_controls"]
+__all__ = ["CONTROLS", "RAW", "UNKNOWN", "ReadingOptions", "Rows", "read_texts",
+           "strip_controls", "translate_read"]
 
 # C0 controls a reading replaces by a space (TAB, LF and CR are whitespace it keeps).
 CONTROLS = r"[\x00-\x08\x0b\x0c\x0e-\x1f]"
@@ -165,14 +166,16 @@ class Rows(NamedTuple):
         return self.sum(tf.cast(flags, tf.int32), 0) > 0
 
     def first_value(self, values, fill):
-        """(S,) row values -> (N,) each text's first row's; a text without rows `fill`."""
+        """(S,) row values -> (N,) each text's first row's; a text without rows `fill`
+        (a scalar, or (N,) one per text)."""
         if not self.split:
             return values
-        first = tf.where(self.first())[:, 0]
-        index = tf.math.unsorted_segment_max(tf.cast(first, tf.int32) + 1,
-                                             tf.gather(self.text_of, first), self.texts)
-        padded = tf.concat([[tf.cast(fill, values.dtype)], values], axis=0)
-        return tf.gather(padded, tf.maximum(index, 0))
+        first = tf.cast(tf.where(self.first())[:, 0], tf.int32)
+        index = tf.math.unsorted_segment_max(first, tf.gather(self.text_of, first),
+                                             self.texts)  # a very negative value: no row
+        fill = tf.broadcast_to(tf.cast(fill, values.dtype), [self.texts])
+        index = tf.where(index >= 0, index, tf.size(values) + tf.range(self.texts))
+        return tf.gather(tf.concat([values, fill], axis=0), index)
 
     def concat(self, values, lengths):
         """Per-row pieces (S, K, T) with (S, K) lengths -> (N, K, T') each text's rows'
@@ -210,3 +213,19 @@ def read_texts(text, options: ReadingOptions):
         kinds = casing.classify(rows)
         rows = casing.to_model_case(rows, kinds)
     return rows, Rows(text_of, separators, kinds, size)
+
+
+def translate_read(lines, translate, options: ReadingOptions, unknown=None) -> list[str]:
+    """`lines` (str or UTF-8 bytes) translated by a Python `translate(rows: list[str]) ->
+    list[str]` (a translator that is no export's graph, e.g. CTranslate2's), read and
+    written back as an export's signatures do, by the same TensorFlow functions run
+    eagerly: each line's rows (:func:`read_texts`) translated, cleaned, joined. `unknown`
+    (str -> bool): a row's source holds an unknown piece (None: never; "⁇" counts)."""
+    texts = [line if isinstance(line, bytes) else line.encode("utf-8") for line in lines]
+    rows, mapping = read_texts(tf.constant(texts, tf.string, shape=[len(texts)]), options)
+    sources = [row.decode("utf-8") for row in rows.numpy()]
+    outputs = translate(sources)
+    unknown_ok = [UNKNOWN in row or bool(unknown and unknown(row)) for row in sources]
+    joined = mapping.join(mapping.clean(tf.constant(outputs, tf.string, shape=[len(outputs)]),
+                                        tf.constant(unknown_ok, tf.bool, shape=[len(sources)])))
+    return [text.decode("utf-8") for text in joined.numpy()]

@@ -33,7 +33,7 @@ from tfxformer import locate, pretrained
 from tfxformer.config import PRECISION_POLICIES
 from tfxformer.models.transformer import Transformer
 from tfxformer.rerank import GRAPH_WEIGHTS, WEIGHTS, best_index, role_weights, weighted_sum
-from tfxformer.serving.export import export_translator, with_source_options
+from tfxformer.serving.export import export_translator, reading_options, with_source_options
 from tfxformer.serving.signatures import check_signatures
 from tfxformer.serving.translator import Translator
 
@@ -206,7 +206,8 @@ def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypot
             (:func:`tfxformer.serving.export.export_translator`; None: all).
         options: beam_size, alpha, extra_length, max_input_tokens, max_output_tokens,
             stopping, length_normalization of the forward model's search (unset: its
-            export's, as :func:`export_saved_model`).
+            export's, as :func:`export_saved_model`); sentence_split, recase
+            (:func:`tfxformer.serving.export.export_run_dir`'s).
 
     The record (config.json) is the forward model's, with `rerank`: the weights, the
     number of candidates and each rescoring model's source, role and vocabulary.
@@ -237,11 +238,13 @@ def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypot
                        "vocabulary_sha256": hashlib.sha256(rescoring.spm_bytes).hexdigest()})
     limits = {name: options.pop(name, None) or record.max_length
               for name in ("max_input_tokens", "max_output_tokens")}
+    reading = reading_options(record, options.pop("sentence_split", True),
+                              options.pop("recase", True))
     translator = RerankingTranslator(
         pretrained.load_model(Transformer, model_path, **dtype), source.spm_bytes, rescorers,
         forward_weight=weights.get("forward", 0.0), length_weight=weights.get("length", 0.0),
         num_hypotheses=num_hypotheses, max_batch_size=max_batch_size,
-        reverse_target=record.reverse_target, **limits, **options)
+        reverse_target=record.reverse_target, reading=reading, **limits, **options)
     translator.rerank_info = {"hypotheses": translator.num_hypotheses,
                               "weights": {k: float(v) for k, v in weights.items()},
                               "models": models}

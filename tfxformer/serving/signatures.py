@@ -16,6 +16,7 @@ from tfxformer.config import DecodingOptions
 from tfxformer.locate import resolve
 from tfxformer.models.transformer import Transformer
 from tfxformer.serving.multilingual_translator import make_translator
+from tfxformer.serving.reading import ReadingOptions
 
 __all__ = ["SIGNATURES", "OpenedSignature", "SignatureOpener", "check_signatures",
            "language_inputs", "missing_signature", "open_signature"]
@@ -140,7 +141,8 @@ class SignatureOpener:
         record = loader.record()
         translator = make_translator(model, loader.spm_bytes, record.target_languages,
                                      max_batch_size=self.batch_size,
-                                     reverse_target=record.reverse_target)
+                                     reverse_target=record.reverse_target,
+                                     reading=ReadingOptions(language=record.src))
         return OpenedSignature(getattr(translator, self.signature), translator, loader.path,
                                loader.kind, record.target_languages, translator.options)
 

@@ -30,7 +30,13 @@ from tfxformer.decoding.common import followed_in_row, rows_to_ragged
 from tfxformer.ids import EOS_ID, PAD_ID, UNK_ID
 from tfxformer.serving.inputs import per_text
 from tfxformer.serving.markup import Markup, take_out
-from tfxformer.serving.reading import UNKNOWN, ReadingOptions, Rows, read_texts
+from tfxformer.serving.reading import (
+    UNKNOWN,
+    ReadingOptions,
+    Rows,
+    read_texts,
+    strip_controls,
+)
 
 __all__ = ["CHARS_PER_TOKEN", "Source", "TextCodec", "sanitize_utf8", "without_eos"]
 
@@ -148,11 +154,7 @@ class TextCodec:
         if markup is not None:  # each row's words: where a text's alignments add up
             markup = markup._replace(row_words=tf.cast(
                 tf.strings.split(row_text).row_lengths(), tf.int32))
-        if target_language is not None:
-            language = tf.reshape(tf.convert_to_tensor(target_language, tf.string), [-1])
-            target_language = rows.per_row(per_text(language, tf.size(text),
-                                                    "target_language", tf.string))
-        row_text, tag_pieces = self.tagged(row_text, target_language)
+        row_text, tag_pieces = self.tagged(row_text, target_language, rows)
         pieces, truncated, blank = self.cut(row_text, tokenizer or self.tokenizer(),
                                             rows.per_row(limits), tag_pieces)
         unknown = (tf.reduce_any(tf.equal(pieces, UNK_ID), axis=1)
@@ -174,10 +176,12 @@ class TextCodec:
         text = tokenizer.detokenize(rows_to_ragged(ids, lengths))
         return sanitize_utf8(text)
 
-    def tagged(self, text, target_language):
+    def tagged(self, text, target_language, rows=None):
         """(text, tag pieces): a multilingual model's (N,) texts with their language's
         tag in front and (N,) int32 the tag's pieces; fails unless there is one known
-        language per text. Another model's texts as given, and None."""
+        language per text. Another model's texts as given, and None. With `rows`
+        (:class:`tfxformer.serving.reading.Rows`), `text` are (S,) rows of the N texts
+        `target_language` is given for, each tagged with its text's."""
         if not self.target_languages:
             if target_language is not None:
                 raise ValueError("`target_language` is for a multilingual model; this one "
@@ -187,7 +191,8 @@ class TextCodec:
             listed = ", ".join(repr(language) for language in self.target_languages)
             raise ValueError(f"This model translates into {listed}: give `target_language`.")
         language = tf.reshape(tf.convert_to_tensor(target_language, tf.string), [-1])
-        language = per_text(language, tf.size(text), "target_language", tf.string)
+        language = per_text(language, tf.size(text) if rows is None else rows.texts,
+                            "target_language", tf.string)
         match = tf.equal(language[:, None], tf.constant(self.target_languages)[None, :])
         known = tf.reduce_any(match, axis=1)
         check = tf.debugging.Assert(tf.reduce_all(known), [
@@ -195,6 +200,8 @@ class TextCodec:
             tf.boolean_mask(language, ~known)])
         with tf.control_dependencies([check]):
             index = tf.argmax(tf.cast(match, tf.int32), axis=1, output_type=tf.int32)
+        if rows is not None:
+            index = rows.per_row(index)
         tags = tf.gather(tf.constant(self._tags), index)
         return (tf.strings.join([tags, text]),
                 tf.gather(tf.constant(self._tag_pieces, tf.int32), index))
@@ -222,10 +229,12 @@ class TextCodec:
         return pieces, cut_chars | (count > kept), blank
 
     def to_target(self, target, limit, tokenizer):
-        """(N,) target strings to score -> ((N, None) ragged int32 ids: pieces then EOS,
-        cut to `limit` tokens (a cut target without its EOS); (N,) bool cut), right to
-        left for a right-to-left model (its EOS still last)."""
-        ids, cut, _ = self.cut(target, tokenizer, tf.fill(tf.shape(target), limit + 1))
+        """(N,) target strings to score (read as a source is: invalid UTF-8 and C0
+        controls replaced) -> ((N, None) ragged int32 ids: pieces then EOS, cut to
+        `limit` tokens (a cut target without its EOS); (N,) bool cut), right to left
+        for a right-to-left model (its EOS still last)."""
+        ids, cut, _ = self.cut(strip_controls(sanitize_utf8(target)), tokenizer,
+                               tf.fill(tf.shape(target), limit + 1))
         cut |= ids.row_lengths() > limit  # the EOS itself did not fit
         if self.reverse_target:  # the pieces right to left, EOS still last
             ids = tf.concat([tf.reverse(ids[:, :-1], axis=[1]), ids[:, -1:]], axis=1)

@@ -118,10 +118,8 @@ class Translator(tf.Module):
         markup: a text with inline markup (tags, entities, placeholders) is translated
             without it and gets it back around the aligned words
             (:mod:`tfxformer.serving.markup`, docs/markup.md); False reads it as text.
-        reading: how texts are read (:class:`tfxformer.serving.reading.ReadingOptions`;
-            None: sentence splitting and recasing on, generic sentence rules): every
-            signature but `score` decodes a text's sentences as rows of their own and
-            joins their outputs back (docs/robust_input.md).
+        reading: :class:`tfxformer.serving.reading.ReadingOptions` (None: sentences split
+            by generic rules, recased): how every signature but `score` reads a text.
 
     Call (`__call__`, signature `serving_default`):
         text: (N,) tf.string. Returns {"translation": (N,) tf.string, "score": (N,)
@@ -302,13 +300,13 @@ class Translator(tf.Module):
         # the pieces a prefix or constraints may take: the output limit less one
         limit = tf.minimum(self.max_output_tokens,
                            lengths + rows.options["extra_length"]) - 1
-        prefix, constraints = nbest_request.first_rows(size, source.rows, target_prefix,
-                                                       constraints)
+        prefix, constraints, blank = nbest_request.first_rows(size, source.rows,
+                                                              target_prefix, constraints)
         request = nbest_request.read_request(rows, prefix, constraints, tokenizer, limit,
                                              source.blank, self.reverse_target)
         outputs = nbest_outputs(self.search, self.codec, source, request,
                                 nbest_request.width(options.count), tokenizer,
-                                self.max_batch_size, token_scores)
+                                self.max_batch_size, token_scores, blank)
         row_translations, alignments = outputs.pop("row_translations"), None
         if token_scores:
             alignments = translator_alignments(self, source, row_translations, tokenizer,
