@@ -82,7 +82,8 @@ def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, toke
     row_translations = source.restore(lists[0], tf.fill([k], ""))
     translations = source.to_texts(row_translations)
     outputs = {"translations": tf.where(scores > -float("inf"), translations, ""),
-               "row_translations": row_translations,  # (S, K): the caller pops it
+               # (S, K) as joined (cleaned): what alignments read; the caller pops it
+               "row_translations": source.rows.clean(row_translations, source.unknown),
                "scores": scores, "truncated": source.text_truncated(),
                "warning": source.rows.first_value(request.warning, blank_warning)}
     if not token_scores:

@@ -399,7 +399,7 @@ class Translator(tf.Module):
         translations, scores = decode_in_chunks(
             tf.cast(pieces.row_lengths(), tf.int32), self.max_batch_size, decode,
             (tf.string, tf.float32), keys=keys)
-        translations = source.restore(translations, "")
+        translations = source.rows.clean(source.restore(translations, ""), source.unknown)
         return {"translation": restore_markup(self, source, source.to_texts(translations),
                                               translations, tokenizer, target_language),
                 "score": source.rows.sum(source.restore(scores, 0.0), 0.0),
