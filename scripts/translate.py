@@ -90,6 +90,13 @@ def parse_args(argv=None):
         "steering", "control of the output (docs/steering.md; a SavedModel needs the "
         "`translate_nbest` signature: re-export an older one with scripts/export.py)")
     cli.add_nbest_flags(steering)
+    steering.add_argument("--alignments", action="store_true",
+                          help="also print each translation's word alignment to its source "
+                               "line, Pharaoh pairs 'i-j' (source word i, target word j, "
+                               "whitespace-separated words counted from 0), from the "
+                               "encoder-decoder attention (docs/markup.md): each line "
+                               "'translation ||| 0-0 1-1 ...', or with --n-best a last field "
+                               "of each n-best line. Not with a CTranslate2 model")
     steering.add_argument("--target-prefix-file", metavar="FILE",
                           help="one target prefix per input line (an empty line = none): "
                                "each output starts with it; with --n-best K > 1 the list "
@@ -168,7 +175,7 @@ def translate_stream(translate, lines, batch_size):
 def steered(args) -> bool:
     """Whether a flag asks for the `translate_nbest` signature (n-best lists, repetition
     control, target prefixes or constraints)."""
-    return any(value is not None for value in (
+    return args.alignments or any(value is not None for value in (
         args.n_best, args.no_repeat_ngram_size, args.repetition_penalty,
         args.target_prefix_file, args.constraints_file))
 
@@ -177,8 +184,8 @@ class Steered:
     """An n-best function whose per-line warnings (a prefix cut or ignored) go to
     stderr; with `best`, `translate(lines) -> list[str]`, the first of each list."""
 
-    def __init__(self, nbest, best=False):
-        self.nbest, self.best = nbest, best
+    def __init__(self, nbest, best=False, alignments=False):
+        self.nbest, self.best, self.alignments = nbest, best, alignments
 
     def __call__(self, lines):
         lists = self.nbest(lines)
@@ -186,7 +193,12 @@ class Steered:
             if warning:
                 text = getattr(line, "text", line)
                 print(f"warning: {text[:60]!r}: {warning}", file=sys.stderr)
-        return [row[0].text if row else "" for row in lists] if self.best else lists
+        if not self.best:
+            return lists
+        if self.alignments:  # "translation ||| pairs", as Marian's --alignment prints
+            return [f"{row[0].text} ||| {row[0].alignment}" if row else " ||| "
+                    for row in lists]
+        return [row[0].text if row else "" for row in lists]
 
     def describe(self):
         return self.nbest.describe()
@@ -242,7 +254,7 @@ def load(args):
                                                        if args.sampling_topk is not None
                                                        else ""))
     for flag, feature in (("--constraints-file", "constraints"),
-                          ("--token-scores", "token_scores")):
+                          ("--token-scores", "token_scores"), ("--alignments", "alignments")):
         if getattr(args, flag[2:].replace("-", "_")) and feature in source.lacks:
             raise ValueError(f"{flag}: {source.path!r} is {source.what}, "
                              f"{source.lacks[feature]}: give the SavedModel or run dir of "
@@ -270,7 +282,12 @@ def load(args):
                                  "translate_nbest returned token log-probabilities: re-export "
                                  f"it with python scripts/export.py --model {nbest.path} "
                                  "--export-dir NEW_EXPORT_DIR")
-            return Steered(nbest, best=args.n_best is None)
+            if args.alignments and not getattr(nbest, "gives_alignments", False):
+                raise ValueError(f"--alignments: {nbest.path!r} was exported before "
+                                 "translate_nbest returned word alignments: re-export it "
+                                 f"with python scripts/export.py --model {nbest.path} "
+                                 "--export-dir NEW_EXPORT_DIR")
+            return Steered(nbest, best=args.n_best is None, alignments=args.alignments)
         return load_translate_fn(args.model, beam_size=args.beam_size, alpha=args.alpha,
                                  extra_length=args.extra_length, batch_size=args.batch_size,
                                  target_language=args.target_language,
@@ -315,8 +332,8 @@ def main(argv=None):
             if args.n_best is not None:  # Moses n-best lines; split() drops \r and \n
                 from tfxformer.serving.nbest import moses_lines
 
-                out = "".join(line + "\n" for line in moses_lines(count, text,
-                                                                     args.token_scores))
+                out = "".join(line + "\n" for line in moses_lines(
+                    count, text, args.token_scores, args.alignments))
                 words += len(text[0].text.split()) if text else 0
             else:
                 text = text.replace("\r", " ").replace("\n", " ")  # one line per line in

@@ -331,7 +331,7 @@ def test_batchable_signatures_are_batch_major(export_dir):
         assert set(signatures[name].outputs) == {
             "score": {"log_prob", "mean_log_prob", "token_log_probs", "length", "truncated"},
             "translate_nbest": {"translations", "scores", "truncated", "warning", "tokens",
-                                "token_log_probs"}}.get(
+                                "token_log_probs", "alignments"}}.get(
                 name, {"translation", "score", "truncated"})
         for key, info in tensors.items():
             dims = [d.size for d in info.tensor_shape.dim]
@@ -400,7 +400,8 @@ def test_warmup_records_replay_in_a_fresh_process(fresh_process):
             pieces = record["outputs"].pop("tokens")
             assert pieces[:2] == [size, 3] == record["outputs"].pop("token_log_probs")[:2]
             assert record["outputs"] == {"translations": [size, 3], "scores": [size, 3],
-                                         "truncated": [size], "warning": [size]}
+                                         "truncated": [size], "warning": [size],
+                                         "alignments": [size, 3]}
             continue
         assert record["outputs"] == {k: [size] for k in ("score", "translation", "truncated")}
         assert (record["translation"][-1] == "") == (size > 1)  # a blank input in the batch

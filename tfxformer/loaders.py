@@ -315,7 +315,9 @@ class CTranslate2Loader(Loader):
     lacks: ClassVar[dict] = {
         "constraints": "and CTranslate2 has no terminology constraints",
         "token_scores": "whose translate_batch gives each hypothesis' score but not each "
-                        "token's log-probability (only the whole vocabulary's logits)"}
+                        "token's log-probability (only the whole vocabulary's logits)",
+        "alignments": "and word alignments are read from the SavedModel's translate_nbest "
+                      "graph"}
 
     marker: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 

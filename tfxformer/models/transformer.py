@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfxformer import pretrained
+from tfxformer import checks, pretrained
 from tfxformer.config import PRESETS, ModelConfig, get_preset
 from tfxformer.layers.decoder import Decoder
 from tfxformer.layers.embedding import SharedEmbedding
@@ -133,6 +133,20 @@ class Transformer(keras.Model):
         return self.decoder(self.embed(target_ids, training=training), memory,
                             memory_padding_mask=source_mask,
                             return_attention_scores=return_attention_scores, training=training)
+
+    def cross_attention(self, target_ids, memory, source_mask, layer=-2):
+        """Teacher-forced: (B, T) decoder inputs -> the (B, T, S) float32 encoder–decoder
+        attention (§3.2.3) of decoder layer `layer` (0 the bottom; negative counts from
+        the top, -2 the penultimate), averaged over its heads. Only the layers up to
+        `layer` run. What word alignments read (:mod:`tfxformer.serving.alignment`)."""
+        stack = self.decoder.stack
+        index = checks.integer(layer, "layer", -len(stack), len(stack) - 1) % len(stack)
+        x = self.embed(target_ids)
+        for block in stack[:index]:
+            x = block(x, memory, memory_padding_mask=source_mask)
+        _, weights = stack[index](x, memory, memory_padding_mask=source_mask,
+                                  return_attention_scores=True)
+        return tf.reduce_mean(weights["cross"], axis=1)
 
     def init_cache(self, memory, cache_length=None, batch_size=None):
         """Decoder cache of `cache_length` target positions (for `static_cache=True`

@@ -55,7 +55,7 @@ class MultilingualTranslator(Translator):
         super().__init__(model, sentencepiece_model, **options)
         self.target_languages = multilingual.parse_languages(target_languages)
         self.codec = TextCodec(sentencepiece_model, self.reverse_target,
-                               self.target_languages, self.reading)
+                               self.target_languages, self.reading, self.codec.markup)
 
     @signature(TEXT_SPEC, LANGUAGE_SPEC)
     def __call__(self, text, target_language):

@@ -35,12 +35,15 @@ class Hypothesis(NamedTuple):
     the length normalization (the beam search's own score, higher is better); `tokens`,
     its SentencePiece pieces (the EOS "</s>" last), and `token_log_probs`, each piece's
     log-probability (they add up to score × the length normalizer): tuples, empty where
-    the model gives none (an export made before they existed, a CTranslate2 model)."""
+    the model gives none (an export made before they existed, a CTranslate2 model);
+    `alignment`, its word alignment to the source, Pharaoh "i-j" pairs (source word i,
+    target word j of `text.split()`; docs/markup.md), "" where the model gives none."""
 
     text: str
     score: float
     tokens: tuple = ()
     token_log_probs: tuple = ()
+    alignment: str = ""
 
 
 class Line:
@@ -104,10 +107,11 @@ def _input_names(function):
     return {spec.name for spec in function.input_signature}
 
 
-def hypotheses(translations, scores, tokens=None, token_log_probs=None
+def hypotheses(translations, scores, tokens=None, token_log_probs=None, alignments=None
                ) -> list[list[Hypothesis]]:
     """(N, K) byte strings and float scores (and (N, K, T) pieces, "" padding, and their
-    log-probabilities) -> N lists, the padding ("" with score -inf) left out."""
+    log-probabilities; and (N, K) alignments) -> N lists, the padding ("" with score
+    -inf) left out."""
     lists = []
     for i, (row_t, row_s) in enumerate(zip(translations, scores, strict=True)):
         row = []
@@ -119,22 +123,27 @@ def hypotheses(translations, scores, tokens=None, token_log_probs=None
                 used = int(np.count_nonzero(tokens[i, j]))
                 pieces = tuple(p.decode("utf-8") for p in tokens[i, j, :used])
                 values = tuple(float(v) for v in token_log_probs[i, j, :used])
-            row.append(Hypothesis(t.decode("utf-8"), float(s), pieces, values))
+            alignment = "" if alignments is None else alignments[i, j].decode("utf-8")
+            row.append(Hypothesis(t.decode("utf-8"), float(s), pieces, values, alignment))
         lists.append(row)
     return lists
 
 
-def moses_lines(index: int, nbest: list, token_scores=False) -> list[str]:
+def moses_lines(index: int, nbest: list, token_scores=False, alignments=False
+                ) -> list[str]:
     """The Moses n-best lines of sentence `index` (0-based): "i ||| text ||| score"; with
     `token_scores` a fourth field (as Moses appends its alignment field) of each piece
     and its log-probability, "piece=log-prob" separated by spaces (a piece holds no space;
-    the last "=" of a pair separates)."""
+    the last "=" of a pair separates); with `alignments` a last field, the word
+    alignment's Pharaoh pairs."""
     lines = []
     for h in nbest:
         line = f"{index} ||| {' '.join(h.text.split())} ||| {h.score:.6f}"
         if token_scores:
             line += " ||| " + " ".join(f"{piece}={value:.6f}" for piece, value in zip(
                 h.tokens, h.token_log_probs, strict=True))
+        if alignments:
+            line += f" ||| {h.alignment}"
         lines.append(line)
     return lines
 
@@ -167,6 +176,7 @@ class NBestFn:
         # and one made before it returned token log-probabilities lacks those outputs
         outputs = getattr(opened.function, "structured_outputs", None)
         self.gives_token_scores = not isinstance(outputs, dict) or "tokens" in outputs
+        self.gives_alignments = not isinstance(outputs, dict) or "alignments" in outputs
 
     def __call__(self, lines) -> list[list[Hypothesis]]:
         results = translate_in_length_order(self._batch, list(lines), self.batch_size)
@@ -196,8 +206,8 @@ class NBestFn:
             repetition_penalty=tf.fill([size], float(o.repetition_penalty)),
             target_prefix=tf.constant(prefixes, tf.string))
         warnings = [w.decode("utf-8") for w in out["warning"].numpy()]
-        per_token = [out[name].numpy() for name in ("tokens", "token_log_probs")
-                     if name in out]
+        per_token = [out[name].numpy() if name in out else None
+                     for name in ("tokens", "token_log_probs", "alignments")]
         return list(zip(hypotheses(out["translations"].numpy(), out["scores"].numpy(),
                                    *per_token), warnings, strict=True))
 

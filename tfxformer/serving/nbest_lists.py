@@ -79,8 +79,11 @@ def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, toke
     blank_scores = tf.where(first, 0.0, -float("inf"))
     # a text's hypothesis j: its sentences' j-th ones joined, scored by their sum
     scores = source.rows.sum(source.restore(lists[1], blank_scores), blank_scores)
-    translations = source.to_texts(source.restore(lists[0], tf.fill([k], "")))
+    row_translations = source.restore(lists[0], tf.fill([k], ""))
+    translations = source.to_texts(row_translations)
     outputs = {"translations": tf.where(scores > -float("inf"), translations, ""),
+               # (S, K) as joined (cleaned): what alignments read; the caller pops it
+               "row_translations": source.rows.clean(row_translations, source.unknown),
                "scores": scores, "truncated": source.text_truncated(),
                "warning": source.rows.first_value(request.warning, blank_warning)}
     if not token_scores:

@@ -29,6 +29,7 @@ from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding.common import followed_in_row, rows_to_ragged
 from tfxformer.ids import EOS_ID, PAD_ID, UNK_ID
 from tfxformer.serving.inputs import per_text
+from tfxformer.serving.markup import Markup, take_out
 from tfxformer.serving.reading import (
     UNKNOWN,
     ReadingOptions,
@@ -63,13 +64,16 @@ class Source(NamedTuple):
     (S, None) ragged int32 (each row's pieces, cut, then EOS), `truncated` (S,) bool (a
     row was cut), `blank` (S,) bool (a row has no piece beyond its language tag: it is
     never decoded), `rows` the :class:`tfxformer.serving.reading.Rows` mapping rows to
-    texts, `unknown` (S,) bool (a row's source holds an unknown piece, or "⁇")."""
+    texts, `unknown` (S,) bool (a row's source holds an unknown piece, or "⁇"), `markup`
+    the texts' inline markup, taken out before reading them
+    (:mod:`tfxformer.serving.markup`), or None with markup read as text."""
 
     pieces: tf.RaggedTensor
     truncated: tf.Tensor
     blank: tf.Tensor
     rows: Rows
     unknown: tf.Tensor
+    markup: Markup | None = None
 
     def decoded_rows(self):
         """(A,) int64 the rows that are decoded: the non-blank ones, in order."""
@@ -109,10 +113,13 @@ class TextCodec:
             each text is then read with its language's tag in front.
         reading: how texts are read into rows (:class:`tfxformer.serving.reading.ReadingOptions`;
             default: sentences split with generic rules, ALL CAPS and Title Case recased).
+        markup: take inline markup (tags, entities, placeholders) out of a text that has
+            some before reading it, to be put back into its translation
+            (:mod:`tfxformer.serving.markup`); False reads markup as text.
     """
 
     def __init__(self, sentencepiece_model: bytes, reverse_target=False, target_languages=(),
-                 reading=None):
+                 reading=None, markup=True):
         if not isinstance(sentencepiece_model, bytes) or not sentencepiece_model:
             raise ValueError("`sentencepiece_model` must be the non-empty bytes of spm.model, "
                              f"got {type(sentencepiece_model).__name__}.")
@@ -120,6 +127,7 @@ class TextCodec:
         self.reverse_target = bool(reverse_target)
         self.target_languages = tuple(target_languages)
         self.reading = ReadingOptions() if reading is None else reading
+        self.markup = bool(markup)
         self._tags = [multilingual.tag_source(language, "") for language in
                       self.target_languages]
         self._tag_pieces = [multilingual.tag_pieces(sentencepiece_model, language)
@@ -133,19 +141,30 @@ class TextCodec:
 
     def to_source(self, text, limits, target_language=None, tokenizer=None,
                   reading=None) -> Source:
-        """(N,) strings -> their :class:`Source`: read into rows by `reading` (None: the
-        codec's; :func:`tfxformer.serving.reading.read_texts`), each row cut to its
-        text's `limits` (N,) int32 tokens (EOS and a language tag included);
-        `target_language` ((N,) strings) is a multilingual model's, required there
-        (:meth:`tagged`), each row tagged with its text's."""
+        """(N,) strings -> their :class:`Source`: inline markup taken out (:meth:`take_out`),
+        read into rows by `reading` (None: the codec's;
+        :func:`tfxformer.serving.reading.read_texts`), each row cut to its text's
+        `limits` (N,) int32 tokens (EOS and a language tag included); `target_language`
+        ((N,) strings) is a multilingual model's, required there (:meth:`tagged`), each
+        row tagged with its text's."""
         text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
-        row_text, rows = read_texts(text, reading or self.reading)
+        markup = self.take_out(text)
+        row_text, rows = read_texts(text if markup is None else markup.plain,
+                                    reading or self.reading)
+        if markup is not None:  # each row's words: where a text's alignments add up
+            markup = markup._replace(row_words=tf.cast(
+                tf.strings.split(row_text).row_lengths(), tf.int32))
         row_text, tag_pieces = self.tagged(row_text, target_language, rows)
         pieces, truncated, blank = self.cut(row_text, tokenizer or self.tokenizer(),
                                             rows.per_row(limits), tag_pieces)
         unknown = (tf.reduce_any(tf.equal(pieces, UNK_ID), axis=1)
                    | tf.strings.regex_full_match(row_text, f"(?s).*{UNKNOWN}.*"))
-        return Source(pieces, truncated, blank, rows, unknown)
+        return Source(pieces, truncated, blank, rows, unknown, markup)
+
+    def take_out(self, text) -> Markup | None:
+        """The (N,) texts' inline markup (:func:`tfxformer.serving.markup.take_out`;
+        `plain` the texts to read), or None with `markup` off."""
+        return take_out(sanitize_utf8(text)) if self.markup else None
 
     def to_text(self, ids, lengths, tokenizer=None):
         """(B, L) ids with (B,) lengths counting a final EOS -> (B,) UTF-8 strings; a

@@ -9,6 +9,7 @@ import functools
 
 import tensorflow as tf
 
+from tfxformer import checks
 from tfxformer.config import DecodingOptions
 from tfxformer.decoding import model_calls
 from tfxformer.decoding.chunking import decode_in_chunks
@@ -16,6 +17,12 @@ from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.scoring import score_ragged
 from tfxformer.decoding.shortlist import check_table
 from tfxformer.serving import nbest_request, search
+from tfxformer.serving.alignment import (
+    DEFAULT_LAYER,
+    restore_markup,
+    text_alignments,
+    translator_alignments,
+)
 from tfxformer.serving.inputs import (
     EXAMPLE_OPTION_SPECS,
     OPTION_SPECS,
@@ -111,6 +118,12 @@ class Translator(tf.Module):
             search (:mod:`tfxformer.serving.compiled`: a smaller fixed cost per decoder
             step, one program per padded shape); 0 (the default here; exports default
             to :data:`tfxformer.serving.compiled.DEFAULT_MAX_BATCH`) turns it off.
+        alignment_layer: the decoder layer whose encoder–decoder attention gives
+            `translate_nbest`'s word alignments (negative: from the top; default -2, the
+            penultimate; :mod:`tfxformer.serving.alignment`).
+        markup: a text with inline markup (tags, entities, placeholders) is translated
+            without it and gets it back around the aligned words
+            (:mod:`tfxformer.serving.markup`, docs/markup.md); False reads it as text.
         reading: :class:`tfxformer.serving.reading.ReadingOptions` (None: sentences split
             by generic rules, recased): how every signature but `score` reads a text.
 
@@ -146,9 +159,11 @@ class Translator(tf.Module):
                  extra_length=None, max_batch_size=None, max_input_tokens=None,
                  max_output_tokens=None, name="translator", shortlist=None, stopping=None,
                  length_normalization=None, reverse_target=False, xla_max_batch=0,
-                 reading=None):
+                 reading=None, alignment_layer=DEFAULT_LAYER, markup=True):
         super().__init__(name=name)
-        self.codec = TextCodec(sentencepiece_model, reverse_target, reading=reading)
+        self.alignment_layer = checks.integer(alignment_layer, "alignment_layer")
+        self.codec = TextCodec(sentencepiece_model, reverse_target, reading=reading,
+                               markup=markup)
         self.reading = self.codec.reading
         self.reverse_target = self.codec.reverse_target
         models = members(model)
@@ -279,7 +294,9 @@ class Translator(tf.Module):
             tf.string each hypothesis' SentencePiece pieces (EOS "</s>"), "" after them,
             "token_log_probs": (N, K, T) float32 each piece's log-probability under the
             (steered) distribution the search used, 0 after them, summing to score ×
-            length normalizer}, K the largest `num_hypotheses`; beyond a text's
+            length normalizer, "alignments": (N, K) tf.string each hypothesis' word
+            alignment to its text, Pharaoh "i-j" pairs (:mod:`tfxformer.serving.alignment`,
+            decoder layer `alignment_layer`)}, K the largest `num_hypotheses`; beyond a text's
             own count (or where the search found fewer hypotheses) "" with score -inf; a
             blank text's list is "" with score 0 (no pieces).
         """
@@ -300,9 +317,18 @@ class Translator(tf.Module):
                                                               target_prefix, constraints)
         request = nbest_request.read_request(rows, prefix, constraints, tokenizer, limit,
                                              source.blank, self.reverse_target)
-        return nbest_outputs(self.search, self.codec, source, request,
-                             nbest_request.width(options.count), tokenizer,
-                             self.max_batch_size, token_scores, blank)
+        outputs = nbest_outputs(self.search, self.codec, source, request,
+                                nbest_request.width(options.count), tokenizer,
+                                self.max_batch_size, token_scores, blank)
+        row_translations, alignments = outputs.pop("row_translations"), None
+        if token_scores:
+            alignments = translator_alignments(self, source, row_translations, tokenizer,
+                                               target_language)
+            outputs["alignments"] = text_alignments(source, alignments, row_translations)
+        outputs["translations"] = restore_markup(
+            self, source, outputs["translations"], row_translations, tokenizer,
+            target_language, alignments, outputs["scores"])
+        return outputs
 
     def score_pairs(self, text, target, target_language=None):
         """The graph behind the `score` signature: log P(target | text) of each pair by
@@ -329,6 +355,8 @@ class Translator(tf.Module):
         tokenizer = self.make_tokenizer()
         source = self.codec.to_source(text, self._input_limits(None, tf.size(text)),
                                       target_language, tokenizer, reading=RAW)
+        markup = self.codec.take_out(target)  # a target is read as its source is
+        target = target if markup is None else markup.plain
         target_ids, target_cut = self.codec.to_target(target, self.max_output_tokens,
                                                       tokenizer)
         token_log_probs, lengths, log_probs = score_ragged(self.model, source.pieces,
@@ -384,7 +412,9 @@ class Translator(tf.Module):
         translations, scores = decode_in_chunks(
             tf.cast(pieces.row_lengths(), tf.int32), self.max_batch_size, decode,
             (tf.string, tf.float32), keys=keys)
-        return {"translation": source.to_texts(source.restore(translations, "")),
+        translations = source.rows.clean(source.restore(translations, ""), source.unknown)
+        return {"translation": restore_markup(self, source, source.to_texts(translations),
+                                              translations, tokenizer, target_language),
                 "score": source.rows.sum(source.restore(scores, 0.0), 0.0),
                 "truncated": source.text_truncated()}
 

@@ -1,0 +1,192 @@
+"""Word alignments of translations, read from the encoder–decoder attention (§3.2.3).
+
+As CTranslate2's `return_attention` and fairseq's `--print-alignment`: after the search,
+each hypothesis is decoded once more, teacher-forced (the full-sequence path, one call
+per chunk; the search itself is untouched), and the attention of one decoder layer,
+averaged over its heads (and over an ensemble's members), links each target piece to the
+source piece it attends most (EOS and padding never chosen). Pieces map to words by
+SentencePiece's word-start marker "▁": a word is a whitespace-separated token of the text,
+so the indices are those of `text.split()` on both sides. A word pair is listed once.
+
+The result is a Pharaoh string per hypothesis: "i-j" pairs (source word i, target word j,
+0-based) separated by spaces, sorted by i then j ("" for an empty hypothesis). A
+right-to-left model's pieces are put back in reading order first: its alignments read as
+any other's. Which layer aligns best is measured in bench/README.md ("Markup"); the
+default is the penultimate layer (`DEFAULT_LAYER`).
+
+Shapes: N texts, K hypotheses per text, R hypotheses aligned, B rows of one chunk, S
+source pieces, T target pieces.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from tfxformer.decoding import model_calls
+from tfxformer.decoding.chunking import decode_in_chunks
+from tfxformer.decoding.ensemble import members
+from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
+from tfxformer.serving.markup import put_back
+
+__all__ = ["DEFAULT_LAYER", "WORD_START", "align_rows", "nbest_alignments", "pharaoh",
+           "restore_markup", "text_alignments", "translator_alignments", "word_index"]
+
+DEFAULT_LAYER = -2  # the penultimate decoder layer
+WORD_START = "▁"  # SentencePiece's marker of a piece that begins a word
+_SHIFT = 2 ** 20  # word indices below it: a word pair packed in one int64 key
+
+
+def word_index(pieces, real, first=None):
+    """(B, L) piece strings and (B, L) bool real pieces -> (B, L) int32 the word of each
+    piece: a piece beginning with "▁" begins a word, and so does the first real piece
+    (column `first` (B,) int32, default 0: the pieces before it, e.g. a multilingual
+    model's language tag, belong to no word)."""
+    first = tf.zeros(tf.shape(pieces)[:1], tf.int32) if first is None else first
+    column = tf.range(tf.shape(pieces)[1])[None, :]
+    marked = tf.equal(tf.strings.substr(pieces, 0, 1, unit="UTF8_CHAR"), WORD_START)
+    starts = real & (column >= first[:, None]) & (marked | tf.equal(column, first[:, None]))
+    return tf.maximum(tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, 0)
+
+
+def pharaoh(source_words, target_words, real):
+    """(B, T) each target piece's linked source word and its own word, (B, T) bool the
+    pieces to use -> (B,) Pharaoh strings "i-j ...", each pair once, sorted."""
+    at = tf.where(real)  # (P, 2) int64: (row, piece)
+    i = tf.cast(tf.gather_nd(source_words, at), tf.int64)
+    j = tf.cast(tf.gather_nd(target_words, at), tf.int64)
+    key = tf.sort(tf.unique((at[:, 0] * _SHIFT + i) * _SHIFT + j).y)
+    rows, i, j = key // _SHIFT ** 2, key // _SHIFT % _SHIFT, key % _SHIFT
+    pairs = tf.strings.join([tf.strings.as_string(i), "-", tf.strings.as_string(j)])
+    pairs = tf.RaggedTensor.from_value_rowids(pairs, rows, nrows=tf.cast(
+        tf.shape(real)[0], tf.int64))
+    return tf.strings.reduce_join(pairs, axis=1, separator=" ")
+
+
+def _cross_attention(model, source_ids, decoder_inputs, layer):
+    """(B, T, S) one member's head-averaged attention of `layer`."""
+    memory, source_mask = model_calls.encode(model, source_ids)
+    return model.cross_attention(decoder_inputs, memory, source_mask, layer)
+
+
+def align_rows(model, source_ids, target_ids, tokenizer, layer=DEFAULT_LAYER,
+               reverse_target=False, source_first=None):
+    """One chunk's alignments: (B, S) source ids (pieces, EOS, PAD after), (B, T) target
+    ids as the model reads them (pieces, EOS, PAD after; a right-to-left model's pieces
+    right to left) -> (B,) Pharaoh strings in reading order. `source_first` (B,) int32:
+    the source pieces before each text's first word (a language tag), None for none."""
+    source_ids = tf.cast(source_ids, tf.int32)
+    target_ids = tf.cast(target_ids, tf.int32)
+    batch = tf.shape(target_ids)[0]
+    inputs = tf.concat([tf.fill([batch, 1], BOS_ID), target_ids[:, :-1]], axis=1)
+    models = members(model)
+    attention = tf.add_n([_cross_attention(m, source_ids, inputs, layer)
+                          for m in models]) / len(models)  # (B, T, S)
+    first = tf.zeros([batch], tf.int32) if source_first is None else source_first
+    source_real = (source_ids != PAD_ID) & (source_ids != EOS_ID)
+    source_real &= tf.range(tf.shape(source_ids)[1])[None, :] >= first[:, None]
+    link = tf.argmax(tf.where(source_real[:, None, :], attention, -1.0), axis=2,
+                     output_type=tf.int32)  # (B, T)
+    target_real = (target_ids != PAD_ID) & (target_ids != EOS_ID)
+    if reverse_target:  # reading order: each row's pieces reversed, as the text is
+        count = tf.reduce_sum(tf.cast(target_real, tf.int32), axis=1)
+        target_ids = tf.reverse_sequence(target_ids, count, seq_axis=1, batch_axis=0)
+        link = tf.reverse_sequence(link, count, seq_axis=1, batch_axis=0)
+    source_words = word_index(tokenizer.id_to_string(source_ids), source_real, first)
+    target_words = word_index(tokenizer.id_to_string(target_ids), target_real)
+    return pharaoh(tf.gather(source_words, link, batch_dims=1), target_words, target_real)
+
+
+def nbest_alignments(model, codec, source, translations, tokenizer, chunk_size,
+                     max_output_tokens, layer=DEFAULT_LAYER, source_first=None):
+    """(N, K) Pharaoh strings of the (N, K) `translations` of N texts read as `source`
+    (:class:`tfxformer.serving.text.Source`), "" for an empty one. Each hypothesis is
+    read back into pieces by `codec` (:meth:`tfxformer.serving.text.TextCodec.to_target`,
+    cut to `max_output_tokens`) and aligned `chunk_size` at a time in order of length;
+    `source_first` (N,) int32: each text's pieces before its first word (None: none)."""
+    shape = tf.shape(translations)
+    flat = tf.reshape(translations, [-1])
+    text_row = tf.repeat(tf.range(shape[0]), shape[1])
+    keep = tf.where(tf.not_equal(flat, "") & ~tf.gather(source.blank, text_row))[:, 0]
+    rows = tf.gather(text_row, keep)
+    targets, _ = codec.to_target(tf.gather(flat, keep), max_output_tokens, tokenizer)
+    sources = tf.gather(source.pieces, rows)
+    first = tf.zeros_like(rows) if source_first is None else tf.gather(source_first, rows)
+
+    def align(chunk, _):
+        return (align_rows(model, tf.gather(sources, chunk).to_tensor(),
+                           tf.gather(targets, chunk).to_tensor(), tokenizer, layer,
+                           codec.reverse_target, tf.gather(first, chunk)),)
+
+    (aligned,) = decode_in_chunks(sources.row_lengths() + targets.row_lengths(), chunk_size,
+                                  align, (tf.string,))
+    out = tf.tensor_scatter_nd_update(tf.fill([tf.size(flat)], ""), keep[:, None], aligned)
+    return tf.reshape(out, shape)
+
+
+def translator_alignments(translator, source, translations, tokenizer, target_language=None):
+    """:func:`nbest_alignments` of a :class:`tfxformer.serving.Translator`'s (S, K)
+    `translations` of the rows of `source` (:class:`tfxformer.serving.text.Source`), with
+    its model, codec, chunk size, output limit and `alignment_layer` (a multilingual
+    model's language tag left out)."""
+    first = translator.codec.tagged(tf.fill(tf.shape(translations)[:1], ""),
+                                    target_language, source.rows)[1]
+    return nbest_alignments(translator.model, translator.codec, source, translations,
+                            tokenizer, translator.max_batch_size,
+                            translator.max_output_tokens, translator.alignment_layer, first)
+
+
+def text_alignments(source, alignments, translations):
+    """(S, K) alignments of the rows' (S, K) `translations` -> (N, K) those of the texts
+    the rows are joined into (:class:`tfxformer.serving.reading.Rows`): each row's word
+    indices shifted by the words of the text's rows before it, on either side."""
+    rows = source.rows
+    if not rows.split:
+        return alignments
+    shape = tf.shape(alignments)
+    start = tf.gather(tf.math.unsorted_segment_min(tf.range(shape[0]), rows.text_of,
+                                                   rows.texts), rows.text_of)
+
+    def before(counts):  # (S, K) -> the counts of the text's earlier rows
+        total = tf.cumsum(counts, axis=0, exclusive=True)
+        return total - tf.gather(total, start)
+
+    words = tf.reshape(tf.strings.split(tf.reshape(translations, [-1])).row_lengths(), shape)
+    source_words = tf.broadcast_to(source.markup.row_words[:, None], shape)
+    shift_i = tf.reshape(before(source_words), [-1])
+    shift_j = tf.reshape(before(tf.cast(words, tf.int32)), [-1])
+    pairs = tf.strings.split(tf.reshape(alignments, [-1]))  # (S·K, None)
+    cell = pairs.value_rowids()
+    i = tf.strings.to_number(tf.strings.regex_replace(pairs.values, "-.*", ""), tf.int32)
+    j = tf.strings.to_number(tf.strings.regex_replace(pairs.values, ".*-", ""), tf.int32)
+    links = tf.strings.join([tf.strings.as_string(i + tf.gather(shift_i, cell)), "-",
+                             tf.strings.as_string(j + tf.gather(shift_j, cell))])
+    # cell r·K + k belongs to text cell text_of[r]·K + k; the rows' links in row order
+    group = tf.gather(rows.text_of, cell // tf.cast(shape[1], tf.int64)) * shape[1] + \
+        tf.cast(cell % tf.cast(shape[1], tf.int64), tf.int32)
+    order = tf.argsort(group, stable=True)
+    joined = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
+        tf.gather(links, order), tf.cast(tf.gather(group, order), tf.int64),
+        tf.cast(rows.texts * shape[1], tf.int64)), axis=1, separator=" ")
+    return tf.reshape(joined, [rows.texts, shape[1]])
+
+
+def restore_markup(translator, source, texts, translations, tokenizer, target_language=None,
+                   alignments=None, scores=None):
+    """A translator's (N,) or (N, K) `texts` (its rows' (S,) or (S, K) `translations`
+    joined), with the texts' inline markup put back
+    (:func:`tfxformer.serving.markup.put_back`) at the target words the rows'
+    `alignments` (Pharaoh strings shaped as `translations`; None: aligned here, the rows of
+    texts with markup only) link; as given where `source` holds no markup. With n-best
+    `scores`, a cell of score -inf (no hypothesis) stays ""."""
+    if source.markup is None:
+        return texts
+    wide = translations if translations.shape.rank == 2 else translations[:, None]
+    if alignments is None:
+        marked = tf.where(source.rows.per_row(source.markup.marked)[:, None], wide, "")
+        alignments = translator_alignments(translator, source, marked, tokenizer,
+                                           target_language)
+    else:
+        alignments = tf.reshape(alignments, tf.shape(wide))
+    links = tf.reshape(text_alignments(source, alignments, wide), tf.shape(texts))
+    restored = put_back(source.markup, texts, links)
+    return restored if scores is None else tf.where(scores > -float("inf"), restored, "")
