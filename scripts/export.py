@@ -198,6 +198,11 @@ def build_parser():
                              "(SavedModel exports): by default such a sentence is "
                              "translated in normal case and its "
                              "translation cast back (docs/robust_input.md)")
+    parser.add_argument("--no-markup", dest="markup", action="store_false",
+                        help="read inline markup (XML/HTML tags, entities, placeholders such "
+                             "as {0} or %%s) as text (SavedModel exports): by default it is "
+                             "taken out of a text, the text translated, and the markup put "
+                             "back at the words aligned to what it wrapped (docs/markup.md)")
     return parser
 
 
@@ -282,7 +287,8 @@ def export(args):
     if args.xla_max_batch < 0:
         raise ValueError(f"--xla-max-batch must be >= 0 (0: off), got {args.xla_max_batch}.")
     options.update(xla_max_batch=args.xla_max_batch, signatures=args.signatures,
-                   sentence_split=args.sentence_split, recase=args.recase)
+                   sentence_split=args.sentence_split, recase=args.recase,
+                   markup=args.markup)
     if args.rerank_with is not None:
         return export_reranked(args, options)
     if args.rerank_weight or args.rerank_hypotheses:

@@ -177,15 +177,19 @@ def test_a_paragraphs_nbest_list_prefix_and_score(translators):
         raw.score(**pair)["log_prob"].numpy())
 
 
-def test_an_export_records_how_it_reads(tiny_export):
+def test_an_export_records_how_it_reads(tiny_export, spm_model):
     from tfxformer.rundir import RunRecord
     from tfxformer.serving.export import reading_options
+    from tfxformer.serving.text import TextCodec
 
     with open(os.path.join(tiny_export, "assets", "config.json")) as f:
         config = json.load(f)
-    assert config["input"] == {"sentence_split": True, "recase": True, "language": None}
+    assert config["input"] == {"sentence_split": True, "recase": True, "language": None,
+                               "markup": True}
     record = RunRecord.from_dict({**config, "src": "de"})
     assert reading_options(record, False, True) == ReadingOptions(False, True, "de")
+    no_markup = reading_options(record, markup=False)  # scripts/export.py --no-markup
+    assert not no_markup.markup and not TextCodec(spm_model, reading=no_markup).markup
     assert ReadingOptions(language="de").split_rules()["ordinals"]
     assert ReadingOptions(language="xx").split_rules() == {}
 

@@ -240,14 +240,15 @@ def _save(translator, path, sources, config, names):
 def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra_length=None,
                     max_batch_size=None, max_input_tokens=None, max_output_tokens=None,
                     shortlist=None, stopping=None, length_normalization=None,
-                    xla_max_batch=DEFAULT_MAX_BATCH, sentence_split=True, recase=True):
+                    xla_max_batch=DEFAULT_MAX_BATCH, sentence_split=True, recase=True,
+                    markup=True):
     """A :class:`Translator` whose unset limits default to the run's training length
     filter (`record.max_length` of the :class:`RunRecord`: the model never saw a longer
     source nor produced a longer target) and whose other unset options (None) are
     :class:`tfxformer.config.DecodingOptions`' (`shortlist`: a
     :class:`tfxformer.decoding.ShortlistTable` or None; `stopping` and
     `length_normalization`: beam search's rules, fixed in the graph) and which reads
-    each text as sentence rows (`sentence_split`, `recase`; the sentence rules of the
+    each text as sentence rows (`sentence_split`, `recase`, `markup`; the sentence rules of the
     record's source language: :class:`tfxformer.serving.reading.ReadingOptions`)."""
     trained = record.max_length
     return make_translator(model, spm_bytes, record.target_languages, beam_size=beam_size,
@@ -257,13 +258,13 @@ def _make_translator(model, record, spm_bytes, beam_size=None, alpha=None, extra
                            max_output_tokens=max_output_tokens or trained, shortlist=shortlist,
                            stopping=stopping, length_normalization=length_normalization,
                            reverse_target=record.reverse_target, xla_max_batch=xla_max_batch,
-                           reading=reading_options(record, sentence_split, recase))
+                           reading=reading_options(record, sentence_split, recase, markup))
 
 
-def reading_options(record, sentence_split=True, recase=True):
+def reading_options(record, sentence_split=True, recase=True, markup=True):
     """The :class:`ReadingOptions` of an export of `record`'s model: its source language's
-    sentence rules, with `sentence_split` and `recase` as given."""
-    return ReadingOptions(bool(sentence_split), bool(recase), record.src)
+    sentence rules, with `sentence_split`, `recase` and `markup` as given."""
+    return ReadingOptions(bool(sentence_split), bool(recase), record.src, bool(markup))
 
 
 def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_length=None,
@@ -271,7 +272,7 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
                    max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
                    shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
                    stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH,
-                   signatures=None, sentence_split=True, recase=True):
+                   signatures=None, sentence_split=True, recase=True, markup=True):
     """Loads a trained run dir (:func:`tfxformer.pretrained.load_run_dir`), a preset dir
     of `Transformer.save_to_preset` or a SavedModel of one model
     (:func:`tfxformer.pretrained.load_source`; a SavedModel's decoding options not given
@@ -287,8 +288,8 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
     TF Serving then needs `--xla_cpu_compilation_enabled=true`); 0 turns it off; recorded
     in config.json (`export`). `precision` "auto": :func:`export_precision`.
     `signatures`: the signatures to export (:func:`export_translator`; None: all).
-    `sentence_split`, `recase`: how every signature but `score` reads a text
-    (:mod:`tfxformer.serving.reading`; both on by default; docs/robust_input.md),
+    `sentence_split`, `recase`, `markup`: how every signature but `score` reads a text
+    (:mod:`tfxformer.serving.reading`; on by default; docs/robust_input.md, docs/markup.md),
     recorded in config.json (`input`)."""
     check_signatures(signatures)
     precision, reason = export_precision(precision)
@@ -302,7 +303,8 @@ def export_run_dir(model_dir, export_dir, beam_size=None, alpha=None, extra_leng
     table = shortlist_for(record, spm_bytes, model, shortlist, shortlist_data,
                            shortlist_max_pairs)
     translator = _make_translator(model, record, spm_bytes, shortlist=table,
-                                  sentence_split=sentence_split, recase=recase, **options)
+                                  sentence_split=sentence_split, recase=recase, markup=markup,
+                                  **options)
     return export_translator(translator, export_dir, config=record, version=version,
                              num_batch_threads=num_batch_threads, precision_reason=reason,
                              signatures=signatures)
@@ -368,7 +370,7 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
                     max_input_tokens=None, max_output_tokens=None, num_batch_threads=None,
                     shortlist=None, shortlist_data=None, shortlist_max_pairs=None,
                     stopping=None, length_normalization=None, xla_max_batch=DEFAULT_MAX_BATCH,
-                    signatures=None, sentence_split=True, recase=True):
+                    signatures=None, sentence_split=True, recase=True, markup=True):
     """Exports one SavedModel that decodes with every model of `member_paths` at once:
     beam search on their averaged probabilities (:mod:`tfxformer.decoding.ensemble`).
 
@@ -413,7 +415,7 @@ def export_ensemble(member_paths, export_dir, beam_size=None, alpha=None, extra_
                            shortlist_max_pairs)
     translator = _make_translator(models, record, spm_bytes, shortlist=table,
                                   xla_max_batch=xla_max_batch, sentence_split=sentence_split,
-                                  recase=recase, **options)
+                                  recase=recase, markup=markup, **options)
     config = {**record.to_dict(),
               "ensemble": _ensemble_record(translator, [locate.source_name(p) for p in paths])}
     return export_translator(translator, export_dir, config=config, version=version,

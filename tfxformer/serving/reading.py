@@ -57,6 +57,8 @@ class ReadingOptions:
         sentence_split: cut each text into sentences, decode them, join them back.
         recase: give ALL CAPS and Title Case sentences to the model in normal case and
             cast their translations back.
+        markup: take inline markup out of a text before reading it and put it back into
+            its translation (:mod:`tfxformer.serving.markup`); False reads it as text.
         language: the source language, for the sentence rules
             (:func:`tfxformer.serving.segment.rules`); None, or one without rules: the
             generic rules (no abbreviations).
@@ -65,6 +67,7 @@ class ReadingOptions:
     sentence_split: bool = True
     recase: bool = True
     language: str | None = None
+    markup: bool = True
 
     def split_rules(self) -> dict:
         """:func:`tfxformer.serving.segment.split`'s keyword arguments for `language`."""
@@ -76,7 +79,7 @@ class ReadingOptions:
         return dataclasses.asdict(self)
 
 
-RAW = ReadingOptions(sentence_split=False, recase=False)
+RAW = ReadingOptions(sentence_split=False, recase=False, markup=False)
 
 
 def strip_controls(text):

@@ -239,7 +239,7 @@ def export_reranking(model_path, rescoring_paths, export_dir, weights, num_hypot
     limits = {name: options.pop(name, None) or record.max_length
               for name in ("max_input_tokens", "max_output_tokens")}
     reading = reading_options(record, options.pop("sentence_split", True),
-                              options.pop("recase", True))
+                              options.pop("recase", True), options.pop("markup", True))
     translator = RerankingTranslator(
         pretrained.load_model(Transformer, model_path, **dtype), source.spm_bytes, rescorers,
         forward_weight=weights.get("forward", 0.0), length_weight=weights.get("length", 0.0),

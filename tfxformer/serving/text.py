@@ -115,7 +115,8 @@ class TextCodec:
             default: sentences split with generic rules, ALL CAPS and Title Case recased).
         markup: take inline markup (tags, entities, placeholders) out of a text that has
             some before reading it, to be put back into its translation
-            (:mod:`tfxformer.serving.markup`); False reads markup as text.
+            (:mod:`tfxformer.serving.markup`); False (or `reading.markup` False) reads
+            markup as text.
     """
 
     def __init__(self, sentencepiece_model: bytes, reverse_target=False, target_languages=(),
@@ -127,7 +128,7 @@ class TextCodec:
         self.reverse_target = bool(reverse_target)
         self.target_languages = tuple(target_languages)
         self.reading = ReadingOptions() if reading is None else reading
-        self.markup = bool(markup)
+        self.markup = bool(markup) and self.reading.markup
         self._tags = [multilingual.tag_source(language, "") for language in
                       self.target_languages]
         self._tag_pieces = [multilingual.tag_pieces(sentencepiece_model, language)
