@@ -107,12 +107,17 @@ def build_program(build_dir: str) -> str:
     return binary
 
 
+# tensorflow-text's op libraries an export's graph uses (TF Serving links them all in).
+OP_LIBRARIES = ("_sentencepiece_tokenizer.so", "_regex_split_ops.so")
+
+
 def op_library() -> str:
-    """tensorflow-text's SentencePiece op library, the C++ loader's first argument."""
+    """tensorflow-text's op libraries an export uses, ':'-separated: the C++ loader's
+    first argument."""
     import tensorflow_text
 
-    return os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops",
-                        "_sentencepiece_tokenizer.so")
+    folder = os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops")
+    return ":".join(os.path.join(folder, name) for name in OP_LIBRARIES)
 
 
 def run_child(cmd: list[str], env: dict) -> tuple[str, float]:

@@ -1,8 +1,9 @@
 // Loads a SavedModel the way TF Serving does and replays PredictionLog requests through it.
 //
-// serve_saved_model OP_LIBRARY EXPORT_DIR OUTPUT_TFRECORD REQUESTS_TFRECORD...
+// serve_saved_model OP_LIBRARIES EXPORT_DIR OUTPUT_TFRECORD REQUESTS_TFRECORD...
 //
-// OP_LIBRARY (tensorflow-text's _sentencepiece_tokenizer.so) is loaded with TF_LoadLibrary,
+// OP_LIBRARIES (tensorflow-text's op libraries an export uses, ':'-separated: its
+// SentencePiece and regex-split ops, which TF Serving links in) are loaded with TF_LoadLibrary,
 // EXPORT_DIR with tensorflow::LoadSavedModel(..., {"serve"}). Each record of each
 // REQUESTS_TFRECORD is a tensorflow.serving.PredictionLog holding a predict_log; its request
 // runs through the SignatureDef it names (Session::Run with the signature's tensor names),
@@ -123,11 +124,21 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    return Fail("usage: serve_saved_model OP_LIBRARY EXPORT_DIR OUTPUT REQUESTS...");
+    return Fail("usage: serve_saved_model OP_LIBRARIES EXPORT_DIR OUTPUT REQUESTS...");
   }
   TF_Status* status = TF_NewStatus();
-  TF_LoadLibrary(argv[1], status);
-  if (TF_GetCode(status) != TF_OK) return Fail(std::string("TF_LoadLibrary: ") + TF_Message(status));
+  std::string libraries = argv[1];
+  for (size_t start = 0; start <= libraries.size();) {
+    size_t end = libraries.find(':', start);
+    if (end == std::string::npos) end = libraries.size();
+    std::string library = libraries.substr(start, end - start);
+    start = end + 1;
+    if (library.empty()) continue;
+    TF_LoadLibrary(library.c_str(), status);
+    if (TF_GetCode(status) != TF_OK) {
+      return Fail("TF_LoadLibrary(" + library + "): " + TF_Message(status));
+    }
+  }
   TF_DeleteStatus(status);
   ReportResident("runtime");
 

@@ -12,8 +12,10 @@ BENCH_SCRIPT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     "bench", "serving_memory.py")
 TF_DIR = os.path.dirname(tf.__file__)
-OP_LIBRARY = os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops",
-                          "_sentencepiece_tokenizer.so")
+_OPS = os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops")
+# tensorflow-text's op libraries an export uses, ':'-separated (bench/serving_memory.py's)
+OP_LIBRARY = ":".join(os.path.join(_OPS, name) for name in (
+    "_sentencepiece_tokenizer.so", "_regex_split_ops.so"))
 
 
 def missing():
@@ -23,7 +25,8 @@ def missing():
     for path, what in ((os.path.join(tf.sysconfig.get_include(), "tensorflow", "cc",
                                      "saved_model", "loader.h"), "TensorFlow C++ headers"),
                        (os.path.join(TF_DIR, "libtensorflow_cc.so.2"), "libtensorflow_cc.so.2"),
-                       (OP_LIBRARY, "tensorflow-text's SentencePiece op library")):
+                       *((library, "tensorflow-text's op library")
+                         for library in OP_LIBRARY.split(":"))):
         if not os.path.exists(path):
             return f"the installed wheel has no {what} ({path})"
     return None
