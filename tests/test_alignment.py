@@ -124,7 +124,7 @@ def test_a_texts_alignment_joins_its_sentence_rows():
 
     rows = Rows(tf.constant([0, 0, 1]), tf.ragged.constant([["", " ", ""], ["", ""]]), None,
                 tf.constant(2))
-    source = SimpleNamespace(rows=rows, markup=SimpleNamespace(row_words=tf.constant([2, 3, 1])))
+    source = SimpleNamespace(rows=rows, row_words=tf.constant([2, 3, 1]))
     out = text_alignments(source, tf.constant([["0-0 1-1"], ["0-1 2-0"], ["0-0"]]),
                           tf.constant([["A B"], ["C D E"], ["F"]]))
     assert out.numpy().tolist() == [[b"0-0 1-1 2-3 4-2"], [b"0-0"]]

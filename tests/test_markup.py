@@ -114,3 +114,9 @@ def test_translator_keeps_markup_and_leaves_clean_text_alone(tiny_export, spm_mo
                      beam_size=3, extra_length=4, max_batch_size=3)
     plain = off(tf.constant(texts[1:2]))["translation"].numpy()
     assert plain[0].decode() == out[1]  # clean text: the same with markup on or off
+    # with markup read as text, a paragraph's n-best list still has its alignments
+    listed = off.translate_nbest(
+        tf.constant(["A dog runs. Two men play."]),
+        *(tf.constant([v]) for v in (3, 0.6, 4, 32, 2, 0)),
+        tf.constant([1.0]), tf.constant([""]), tf.constant([""]))
+    assert listed["alignments"].shape == listed["translations"].shape

@@ -151,7 +151,7 @@ def text_alignments(source, alignments, translations):
         return total - tf.gather(total, start)
 
     words = tf.reshape(tf.strings.split(tf.reshape(translations, [-1])).row_lengths(), shape)
-    source_words = tf.broadcast_to(source.markup.row_words[:, None], shape)
+    source_words = tf.broadcast_to(source.row_words[:, None], shape)
     shift_i = tf.reshape(before(source_words), [-1])
     shift_j = tf.reshape(before(tf.cast(words, tf.int32)), [-1])
     pairs = tf.strings.split(tf.reshape(alignments, [-1]))  # (S·K, None)

@@ -80,7 +80,6 @@ class Markup(NamedTuple):
     after: tf.Tensor
     glue_left: tf.Tensor
     glue_right: tf.Tensor
-    row_words: tf.Tensor | None = None  # (S,) int32 the words of each row read (text.py)
 
 
 def _pair(kinds, names, rows):

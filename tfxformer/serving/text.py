@@ -66,7 +66,9 @@ class Source(NamedTuple):
     never decoded), `rows` the :class:`tfxformer.serving.reading.Rows` mapping rows to
     texts, `unknown` (S,) bool (a row's source holds an unknown piece, or "⁇"), `markup`
     the texts' inline markup, taken out before reading them
-    (:mod:`tfxformer.serving.markup`), or None with markup read as text."""
+    (:mod:`tfxformer.serving.markup`), or None with markup read as text; `row_words`
+    (S,) int32 the whitespace-separated words of each row read (where a text's alignments
+    add up)."""
 
     pieces: tf.RaggedTensor
     truncated: tf.Tensor
@@ -74,6 +76,7 @@ class Source(NamedTuple):
     rows: Rows
     unknown: tf.Tensor
     markup: Markup | None = None
+    row_words: tf.Tensor | None = None
 
     def decoded_rows(self):
         """(A,) int64 the rows that are decoded: the non-blank ones, in order."""
@@ -152,15 +155,13 @@ class TextCodec:
         markup = self.take_out(text)
         row_text, rows = read_texts(text if markup is None else markup.plain,
                                     reading or self.reading)
-        if markup is not None:  # each row's words: where a text's alignments add up
-            markup = markup._replace(row_words=tf.cast(
-                tf.strings.split(row_text).row_lengths(), tf.int32))
+        row_words = tf.cast(tf.strings.split(row_text).row_lengths(), tf.int32)
         row_text, tag_pieces = self.tagged(row_text, target_language, rows)
         pieces, truncated, blank = self.cut(row_text, tokenizer or self.tokenizer(),
                                             rows.per_row(limits), tag_pieces)
         unknown = (tf.reduce_any(tf.equal(pieces, UNK_ID), axis=1)
                    | tf.strings.regex_full_match(row_text, f"(?s).*{UNKNOWN}.*"))
-        return Source(pieces, truncated, blank, rows, unknown, markup)
+        return Source(pieces, truncated, blank, rows, unknown, markup, row_words)
 
     def take_out(self, text) -> Markup | None:
         """The (N,) texts' inline markup (:func:`tfxformer.serving.markup.take_out`;
