@@ -120,7 +120,27 @@ def nbest_alignments(model, codec, source, translations, tokenizer, chunk_size,
     (aligned,) = decode_in_chunks(sources.row_lengths() + targets.row_lengths(), chunk_size,
                                   align, (tf.string,))
     out = tf.tensor_scatter_nd_update(tf.fill([tf.size(flat)], ""), keep[:, None], aligned)
-    return tf.reshape(out, shape)
+    # Every link names a word of either side: read back into pieces, a text may show a
+    # word start its whitespace does not make (a lone "▁" piece), pointing past its end.
+    target_words = tf.cast(tf.strings.split(flat).row_lengths(), tf.int32)
+    source_words = None if source.row_words is None else tf.gather(source.row_words, text_row)
+    return tf.reshape(_within(out, source_words, target_words), shape)
+
+
+def _within(alignments, source_words, target_words):
+    """(M,) Pharaoh strings without the links i-j where i >= `source_words` (M,) (None:
+    any i) or j >= `target_words` (M,)."""
+    pairs = tf.strings.split(alignments)  # (M, None)
+    cell = pairs.value_rowids()
+    i = tf.strings.to_number(tf.strings.regex_replace(pairs.values, "-.*", ""), tf.int32)
+    j = tf.strings.to_number(tf.strings.regex_replace(pairs.values, ".*-", ""), tf.int32)
+    kept = j < tf.gather(target_words, cell)
+    if source_words is not None:
+        kept &= i < tf.gather(source_words, cell)
+    links = tf.RaggedTensor.from_value_rowids(tf.boolean_mask(pairs.values, kept),
+                                              tf.boolean_mask(cell, kept),
+                                              nrows=tf.size(alignments, out_type=tf.int64))
+    return tf.strings.reduce_join(links, axis=1, separator=" ")
 
 
 def translator_alignments(translator, source, translations, tokenizer, target_language=None):
