@@ -2,6 +2,8 @@
 test_token_log_probs.py): source sentences and the inputs of the `translate_nbest`
 signature."""
 
+import re
+
 import tensorflow as tf
 
 SOURCES = ["A dog runs in the park.", "Two men are talking.", "", "A woman sings.",
@@ -23,3 +25,10 @@ def nbest_inputs(size, beam_size=3, num_hypotheses=3, alpha=0.6, extra_length=4,
                   constraints=(constraints, tf.string))
     return {name: tf.broadcast_to(tf.constant(value, dtype), [size])
             for name, (value, dtype) in values.items()}
+
+
+def cleaned(text):
+    """An output as an export writes it (tfxformer/serving/reading.py): C0 controls out,
+    "\u2047" (the unknown piece) and a space beside it out."""
+    text = re.sub(r"[\x00-\x1f]", "", text)
+    return re.sub(r"^ | $", "", re.sub(" ?\u2047 ?", " ", text)) if "\u2047" in text else text
