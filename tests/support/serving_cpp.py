@@ -6,16 +6,21 @@ import os
 import shutil
 
 import tensorflow as tf
-import tensorflow_text
 
 BENCH_SCRIPT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     "bench", "serving_memory.py")
 TF_DIR = os.path.dirname(tf.__file__)
-_OPS = os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops")
-# tensorflow-text's op libraries an export uses, ':'-separated (bench/serving_memory.py's)
-OP_LIBRARY = ":".join(os.path.join(_OPS, name) for name in (
-    "_sentencepiece_tokenizer.so", "_regex_split_ops.so"))
+def _bench():
+    """bench/serving_memory.py, which builds the program and names its op libraries."""
+    spec = importlib.util.spec_from_file_location("serving_memory", BENCH_SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+# tensorflow-text's op libraries an export uses, ':'-separated (the program's first argument)
+OP_LIBRARY = _bench().op_library()
 
 
 def missing():
@@ -35,7 +40,4 @@ def missing():
 def build_program(cache_dir):
     """The path of the compiled program: the one build of it, bench/serving_memory.py's,
     cached in `cache_dir` under a hash of its source and the compile flags."""
-    spec = importlib.util.spec_from_file_location("serving_memory", BENCH_SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench.build_program(cache_dir)
+    return _bench().build_program(cache_dir)

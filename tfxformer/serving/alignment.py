@@ -130,10 +130,7 @@ def nbest_alignments(model, codec, source, translations, tokenizer, chunk_size,
 def _within(alignments, source_words, target_words):
     """(M,) Pharaoh strings without the links i-j where i >= `source_words` (M,) (None:
     any i) or j >= `target_words` (M,)."""
-    pairs = tf.strings.split(alignments)  # (M, None)
-    cell = pairs.value_rowids()
-    i = tf.strings.to_number(tf.strings.regex_replace(pairs.values, "-.*", ""), tf.int32)
-    j = tf.strings.to_number(tf.strings.regex_replace(pairs.values, ".*-", ""), tf.int32)
+    pairs, cell, i, j = _links(alignments)
     kept = j < tf.gather(target_words, cell)
     if source_words is not None:
         kept &= i < tf.gather(source_words, cell)
@@ -141,6 +138,15 @@ def _within(alignments, source_words, target_words):
                                               tf.boolean_mask(cell, kept),
                                               nrows=tf.size(alignments, out_type=tf.int64))
     return tf.strings.reduce_join(links, axis=1, separator=" ")
+
+
+def _links(alignments):
+    """Pharaoh strings (any shape) -> (their links (M, None) ragged strings, each link's
+    flat cell (L,) int64, its source word i and target word j (L,) int32)."""
+    pairs = tf.strings.split(tf.reshape(alignments, [-1]))
+    i = tf.strings.to_number(tf.strings.regex_replace(pairs.values, "-.*", ""), tf.int32)
+    j = tf.strings.to_number(tf.strings.regex_replace(pairs.values, ".*-", ""), tf.int32)
+    return pairs, pairs.value_rowids(), i, j
 
 
 def translator_alignments(translator, source, translations, tokenizer, target_language=None):
@@ -174,10 +180,7 @@ def text_alignments(source, alignments, translations):
     source_words = tf.broadcast_to(source.row_words[:, None], shape)
     shift_i = tf.reshape(before(source_words), [-1])
     shift_j = tf.reshape(before(tf.cast(words, tf.int32)), [-1])
-    pairs = tf.strings.split(tf.reshape(alignments, [-1]))  # (S·K, None)
-    cell = pairs.value_rowids()
-    i = tf.strings.to_number(tf.strings.regex_replace(pairs.values, "-.*", ""), tf.int32)
-    j = tf.strings.to_number(tf.strings.regex_replace(pairs.values, ".*-", ""), tf.int32)
+    pairs, cell, i, j = _links(alignments)  # (S·K, None) links
     links = tf.strings.join([tf.strings.as_string(i + tf.gather(shift_i, cell)), "-",
                              tf.strings.as_string(j + tf.gather(shift_j, cell))])
     # cell r·K + k belongs to text cell text_of[r]·K + k; the rows' links in row order
