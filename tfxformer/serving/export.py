@@ -1,31 +1,14 @@
 """Export a :class:`Translator` as a SavedModel for TF Serving (`<export-dir>/<version>/`).
 
-Signatures (the translate ones output (N,) translation tf.string, score float32,
-truncated bool):
-    serving_default: text (tf.string, [None]); the decoding options fixed at export time.
-    translate_per_example: text, beam_size (int32 [None]), alpha (float32 [None]),
-        extra_length (int32 [None]), max_input_tokens (int32 [None]): one value per text.
-    translate_with_options: text, beam_size (int32 []), alpha (float32 []),
-        extra_length (int32 []); scalar inputs, so not batchable by TF Serving.
-    translate_sampled: text, sampling_topk (int32 []), sampling_temperature (float32 []),
-        sampling_topp (float32 []), extra_length (int32 []), seed (int64 []): a sampled
-        translation per text; scalar inputs, not batchable.
-    translate_nbest: the inputs of translate_per_example, num_hypotheses (int32 [None],
-        <= beam_size), no_repeat_ngram_size (int32 [None]), repetition_penalty (float32
-        [None]), target_prefix and constraints (tf.string [None]) -> translations
-        (tf.string (N, K)), scores (float32 (N, K)), truncated, warning, tokens
-        (tf.string (N, K, T)) and token_log_probs (float32 (N, K, T)): each text's n-best
-        list with each hypothesis' pieces and their log-probabilities (K the largest
-        num_hypotheses; "" and -inf beyond a text's own; docs/steering.md).
-    score: text, target (tf.string, [None] each) -> log_prob, mean_log_prob (float32
-        (N,)), token_log_probs (float32 (N, T)), length (int32 (N,)), truncated (bool):
-        log P(target | text), teacher-forced (:meth:`Translator.score_pairs`).
+Signatures: serving_default (text, tf.string [None]; the decoding options fixed at export
+time), translate_per_example and translate_nbest (options one value per text: TF Serving
+batches them), translate_with_options and translate_sampled (scalar options), score
+(teacher-forced log P(target | text)); their inputs and outputs are those of
+:class:`Translator`'s methods of the same names (docs/serving.md lists them).
 A multilingual export's signatures take `target_language` (tf.string, [None]) too.
 `signatures` (`scripts/export.py --signatures`) exports only some of them, always with
 serving_default: a smaller graph that loads in less memory and time; config.json lists
 the ones an export holds (`signatures`).
-Beam search's stopping rule and length normalization (`stopping`, `length_normalization`
-of :class:`tfxformer.config.DecodingOptions`) are fixed at export for every signature.
 Assets: `spm.model` (SentencePiece) and `config.json` (run config + decoding options,
 `precision`, and `shortlist`: how the vocabulary shortlist table was built, or null);
 `assets.extra/`: `tf_serving_warmup_requests` and an example `batching_parameters.txt`
@@ -33,19 +16,14 @@ Assets: `spm.model` (SentencePiece) and `config.json` (run config + decoding opt
 tensorflow-text ops: it loads where `import tensorflow, tensorflow_text` works, or in a
 stock TF Serving.
 
-A vocabulary shortlist (:mod:`tfxformer.decoding.shortlist`) is built from the run's
-training data at export time (:func:`shortlist_from_data`); its table is saved as two
-int32 variables (`shortlist_table`, `shortlist_frequent`) beside `model_variables`. The
-weights a search step would derive from the model's at every request (the embedding
-transposed for the output projection, the self-attention projections joined:
-:func:`tfxformer.models.search_step.derived_weights`) are saved as `derived_weights`.
+A vocabulary shortlist's table (:mod:`tfxformer.serving.shortlist_data`) is saved as
+`shortlist_table` and `shortlist_frequent` beside `model_variables`; the weights a search
+step derives from the model's (:func:`tfxformer.models.search_step.derived_weights`: the
+embedding transposed, the self-attention projections joined) as `derived_weights`.
 
 An ensemble (:func:`export_ensemble`) is one SavedModel of several trained models that
 share a vocabulary: the same signatures and assets, its beam search scoring each step
 with the members' averaged probabilities; config.json lists the members (`ensemble`).
-
-Command line: `python scripts/export.py --model RUN_DIR --export-dir DIR`, or
-`--ensemble RUN_DIR RUN_DIR [...]` in place of `--model`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The n-best lists of a `translate_nbest` request (:mod:`tfxformer.serving.nbest_request`),
-decoded chunk by chunk.
+"""The graph of `translate_nbest` (:func:`translate_nbest`): a request
+(:mod:`tfxformer.serving.nbest_request`) decoded chunk by chunk into n-best lists, which
+are then aligned to their texts and get the texts' markup back.
 
 Texts with equal beam size, α and extra length are decoded together, `chunk_size` at a
 time in order of length (:func:`tfxformer.decoding.chunking.decode_in_chunks`), each chunk
@@ -20,9 +21,11 @@ from tfxformer.decoding.chunking import decode_in_chunks
 from tfxformer.decoding.common import NEG_INF, rows_to_ragged
 from tfxformer.decoding.steering import Steering, flatten_constraints
 from tfxformer.ids import PAD_ID
-from tfxformer.serving.inputs import option_keys
+from tfxformer.serving import nbest_request
+from tfxformer.serving.alignment import restore_markup, text_alignments, translator_alignments
+from tfxformer.serving.inputs import input_limits, option_keys
 
-__all__ = ["chunk_steering", "nbest_lists", "nbest_outputs", "steered_lists"]
+__all__ = ["chunk_steering", "nbest_lists", "nbest_outputs", "steered_lists", "translate_nbest"]
 
 
 def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, token_scores,
@@ -202,3 +205,72 @@ def steered_lists(search, first_pieces, source, steering, count, k, detokenize,
                                   tf.zeros_like(alternative[:1])], axis=0), index)
              for listed, alternative in zip(per_token, best_pieces, strict=True)]
     return (tf.gather(text, index), tf.gather(score, index), *cells)
+
+
+def translate_nbest(translator, text, beam_size, alpha, extra_length, max_input_tokens,
+                    num_hypotheses, no_repeat_ngram_size=0, repetition_penalty=1.0,
+                    target_prefix="", constraints="", target_language=None,
+                    token_scores=True):
+    """The graph behind `translate_nbest` (:meth:`tfxformer.serving.Translator.nbest`):
+    each text's `num_hypotheses` best translations by beam search, every option one value
+    per text ((N,) tensors, or scalars for all; docs/steering.md).
+
+    Texts are read as `Translator.translate` reads them (invalid UTF-8 replaced, cut to
+    `max_input_tokens`, blank ones never decoded); texts with equal beam size, α and
+    extra length are decoded together, `max_batch_size` at a time in order of length.
+    `no_repeat_ngram_size` (0: off) and `repetition_penalty` (1: off) are
+    :mod:`tfxformer.decoding.steering`'s. A `target_prefix` ("": none) is read as a
+    text is, its pieces forced as the start of every hypothesis (cut to the text's
+    output limit less one); with one, a list of more than one holds the alternatives
+    at the first position after the prefix, each continued by a beam search of its
+    own (CTranslate2's `return_alternatives`), in the order of their probabilities.
+    `constraints` ("": none) are phrases separated by TAB, each read as a text is:
+    every hypothesis that ends before its output limit holds each phrase's pieces
+    (:mod:`tfxformer.decoding.constraints`); the last phrases are left out where a
+    text's would exceed its output limit less one piece. `token_scores` (a Python
+    bool; True for the signature): also each hypothesis' pieces and their
+    log-probabilities (False: the graph without them, e.g. for reranking).
+
+    Returns:
+        {"translations": (N, K) tf.string, best first, "scores": (N, K) float32 (as
+        :meth:`translate`'s `score`), "truncated": (N,) bool, "warning": (N,)
+        tf.string, "" or what was changed in a text's request (a prefix cut to the
+        output limit, or ignored; constraints cut or ignored), "tokens": (N, K, T)
+        tf.string each hypothesis' SentencePiece pieces (EOS "</s>"), "" after them,
+        "token_log_probs": (N, K, T) float32 each piece's log-probability under the
+        (steered) distribution the search used, 0 after them, summing to score ×
+        length normalizer, "alignments": (N, K) tf.string each hypothesis' word
+        alignment to its text, Pharaoh "i-j" pairs (:mod:`tfxformer.serving.alignment`,
+        decoder layer `alignment_layer`)}, K the largest `num_hypotheses`; beyond a text's
+        own count (or where the search found fewer hypotheses) "" with score -inf; a
+        blank text's list is "" with score 0 (no pieces).
+    """
+    text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
+    size = tf.size(text)
+    options = nbest_request.checked_options(size, beam_size, alpha, extra_length,
+                                            num_hypotheses, no_repeat_ngram_size,
+                                            repetition_penalty)
+    tokenizer = translator.make_tokenizer()
+    limits = input_limits(max_input_tokens, size, translator.max_input_tokens)
+    source = translator.codec.to_source(text, limits, target_language, tokenizer)
+    rows = nbest_request.per_row(options, source.rows)
+    lengths = tf.cast(source.pieces.row_lengths(), tf.int32)
+    # the pieces a prefix or constraints may take: the output limit less one
+    limit = tf.minimum(translator.max_output_tokens,
+                       lengths + rows.options["extra_length"]) - 1
+    prefix, constraints, blank = nbest_request.first_rows(size, source.rows,
+                                                          target_prefix, constraints)
+    request = nbest_request.read_request(rows, prefix, constraints, tokenizer, limit,
+                                         source.blank, translator.reverse_target)
+    outputs = nbest_outputs(translator.search, translator.codec, source, request,
+                            nbest_request.width(options.count), tokenizer,
+                            translator.max_batch_size, token_scores, blank)
+    row_translations, alignments = outputs.pop("row_translations"), None
+    if token_scores:
+        alignments = translator_alignments(translator, source, row_translations, tokenizer,
+                                           target_language)
+        outputs["alignments"] = text_alignments(source, alignments, row_translations)
+    outputs["translations"] = restore_markup(
+        translator, source, outputs["translations"], row_translations, tokenizer,
+        target_language, alignments, outputs["scores"])
+    return outputs

@@ -16,13 +16,8 @@ from tfxformer.decoding.chunking import decode_in_chunks
 from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.scoring import score_ragged
 from tfxformer.decoding.shortlist import check_table
-from tfxformer.serving import nbest_request, search
-from tfxformer.serving.alignment import (
-    DEFAULT_LAYER,
-    restore_markup,
-    text_alignments,
-    translator_alignments,
-)
+from tfxformer.serving import search
+from tfxformer.serving.alignment import DEFAULT_LAYER, restore_markup
 from tfxformer.serving.inputs import (
     EXAMPLE_OPTION_SPECS,
     OPTION_SPECS,
@@ -34,7 +29,7 @@ from tfxformer.serving.inputs import (
     input_limits,
     option_keys,
 )
-from tfxformer.serving.nbest_lists import nbest_outputs
+from tfxformer.serving.nbest_lists import translate_nbest
 from tfxformer.serving.nbest_request import NBEST_SPECS
 from tfxformer.serving.reading import RAW
 from tfxformer.serving.text import TextCodec
@@ -267,68 +262,10 @@ class Translator(tf.Module):
               no_repeat_ngram_size=0, repetition_penalty=1.0, target_prefix="",
               constraints="", target_language=None, token_scores=True):
         """The graph behind `translate_nbest`: each text's `num_hypotheses` best
-        translations by beam search, every option one value per text ((N,) tensors, or
-        scalars for all; docs/steering.md).
-
-        Texts are read as :meth:`translate` reads them (invalid UTF-8 replaced, cut to
-        `max_input_tokens`, blank ones never decoded); texts with equal beam size, α and
-        extra length are decoded together, `max_batch_size` at a time in order of length.
-        `no_repeat_ngram_size` (0: off) and `repetition_penalty` (1: off) are
-        :mod:`tfxformer.decoding.steering`'s. A `target_prefix` ("": none) is read as a
-        text is, its pieces forced as the start of every hypothesis (cut to the text's
-        output limit less one); with one, a list of more than one holds the alternatives
-        at the first position after the prefix, each continued by a beam search of its
-        own (CTranslate2's `return_alternatives`), in the order of their probabilities.
-        `constraints` ("": none) are phrases separated by TAB, each read as a text is:
-        every hypothesis that ends before its output limit holds each phrase's pieces
-        (:mod:`tfxformer.decoding.constraints`); the last phrases are left out where a
-        text's would exceed its output limit less one piece. `token_scores` (a Python
-        bool; True for the signature): also each hypothesis' pieces and their
-        log-probabilities (False: the graph without them, e.g. for reranking).
-
-        Returns:
-            {"translations": (N, K) tf.string, best first, "scores": (N, K) float32 (as
-            :meth:`translate`'s `score`), "truncated": (N,) bool, "warning": (N,)
-            tf.string, "" or what was changed in a text's request (a prefix cut to the
-            output limit, or ignored; constraints cut or ignored), "tokens": (N, K, T)
-            tf.string each hypothesis' SentencePiece pieces (EOS "</s>"), "" after them,
-            "token_log_probs": (N, K, T) float32 each piece's log-probability under the
-            (steered) distribution the search used, 0 after them, summing to score ×
-            length normalizer, "alignments": (N, K) tf.string each hypothesis' word
-            alignment to its text, Pharaoh "i-j" pairs (:mod:`tfxformer.serving.alignment`,
-            decoder layer `alignment_layer`)}, K the largest `num_hypotheses`; beyond a text's
-            own count (or where the search found fewer hypotheses) "" with score -inf; a
-            blank text's list is "" with score 0 (no pieces).
-        """
-        text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
-        size = tf.size(text)
-        options = nbest_request.checked_options(size, beam_size, alpha, extra_length,
-                                                num_hypotheses, no_repeat_ngram_size,
-                                                repetition_penalty)
-        tokenizer = self.make_tokenizer()
-        source = self.codec.to_source(text, self._input_limits(max_input_tokens, size),
-                                      target_language, tokenizer)
-        rows = nbest_request.per_row(options, source.rows)
-        lengths = tf.cast(source.pieces.row_lengths(), tf.int32)
-        # the pieces a prefix or constraints may take: the output limit less one
-        limit = tf.minimum(self.max_output_tokens,
-                           lengths + rows.options["extra_length"]) - 1
-        prefix, constraints, blank = nbest_request.first_rows(size, source.rows,
-                                                              target_prefix, constraints)
-        request = nbest_request.read_request(rows, prefix, constraints, tokenizer, limit,
-                                             source.blank, self.reverse_target)
-        outputs = nbest_outputs(self.search, self.codec, source, request,
-                                nbest_request.width(options.count), tokenizer,
-                                self.max_batch_size, token_scores, blank)
-        row_translations, alignments = outputs.pop("row_translations"), None
-        if token_scores:
-            alignments = translator_alignments(self, source, row_translations, tokenizer,
-                                               target_language)
-            outputs["alignments"] = text_alignments(source, alignments, row_translations)
-        outputs["translations"] = restore_markup(
-            self, source, outputs["translations"], row_translations, tokenizer,
-            target_language, alignments, outputs["scores"])
-        return outputs
+        translations (:func:`tfxformer.serving.nbest_lists.translate_nbest`)."""
+        return translate_nbest(self, text, beam_size, alpha, extra_length, max_input_tokens,
+                               num_hypotheses, no_repeat_ngram_size, repetition_penalty,
+                               target_prefix, constraints, target_language, token_scores)
 
     def score_pairs(self, text, target, target_language=None):
         """The graph behind the `score` signature: log P(target | text) of each pair by
