@@ -6,7 +6,7 @@ start processes that do; `pytest -m "not slow"` runs the rest, the inner loop of
 CI runs everything (`bash scripts/test.sh`).
 
 The test processes run with switches that make them cheaper (support/environment.py's
-TEST_ENV: oneDNN off, the BFC allocator; Grappler off and the garbage collector run less
+TEST_ENV: oneDNN off; Grappler off and the garbage collector run less
 often, below). Tests marked `user_env` start their processes as a user does, with none of
 them (support.environment.user_env): the documented commands (tests/test_docs_run.py:
 new interpreters when the slow tier runs, DOCS_TEST_FORK=0/1 to choose), the export

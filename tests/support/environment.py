@@ -11,9 +11,10 @@ import os
 # instead of 87-89 with it; bench/README.md, "Test suite"), and it changes results only
 # within float rounding. The documented commands, the fresh-process and C++-loader checks
 # run with the machine's own setting, as users do (user_env); TF_ENABLE_ONEDNN_OPTS set by
-# the caller is kept. Eigen's CPU allocator keeps no statistics unless it is the BFC one
-# (test_train_memory.py reads them).
-TEST_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPU_ALLOCATOR_USE_BFC": "true"}
+# the caller is kept. TensorFlow's own CPU allocator, as users have it: the BFC one keeps
+# every region it grew to, and a worker that ran a third of the suite's files held 7 GiB
+# (test_train_memory.py, which reads its statistics, starts a process with it).
+TEST_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0"}
 CALLER_ENV = {name: os.environ.get(name) for name in TEST_ENV}  # None: TensorFlow's default
 
 
@@ -26,8 +27,8 @@ def set_test_env():
 def user_env(**extra):
     """The environment of a process started as a user starts it: this process' own, with
     TEST_ENV's variables as the caller had them (unset: TensorFlow's defaults), and
-    `extra`. Such a process imports TensorFlow with its default oneDNN and allocator
-    settings (and runs Grappler and the garbage collector as they come unless it is told
+    `extra`. Such a process imports TensorFlow with its default oneDNN
+    setting (and runs Grappler and the garbage collector as they come unless it is told
     otherwise: the switches the test processes set are no environment variables)."""
     env = {k: v for k, v in os.environ.items()
            if k not in TEST_ENV and k != "PYTEST_CURRENT_TEST"}

@@ -169,8 +169,7 @@ FRESH_PROCESS = textwrap.dedent("""
                     assert not exit_.code, (command, exit_.code)
             result["cli_" + command[0]] = shown.getvalue()
     # what the process ran with: TF_* as its caller set them, Grappler as configured
-    result["environment"] = {k: os.environ.get(k) for k in ("TF_ENABLE_ONEDNN_OPTS",
-                                                            "TF_CPU_ALLOCATOR_USE_BFC")}
+    result["environment"] = {"TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}
     result["grappler_off"] = tf.config.optimizer.get_experimental_options().get(
         "disable_meta_optimizer", False)
     result["tfxformer_loaded"] = any(m.startswith("tfxformer") for m in sys.modules
