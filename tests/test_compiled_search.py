@@ -137,6 +137,28 @@ def test_translator_with_a_shortlist_runs_the_compiled_search(spm_model, shortli
     assert shortlists and all(shortlist is not None for shortlist in shortlists)
 
 
+def test_warmup_texts_reach_each_shortlist_bucket_of_a_length(spm_model, shortlist_table):
+    """The warm-up records of a shortlist export compile, per source-length bucket, every
+    shortlist bucket that LONG_TEXT's words reach on the way to its length (both here);
+    without a shortlist, one text per length bucket."""
+    import sentencepiece as spm
+
+    from tfxformer.decoding import shortlist_ids
+    from tfxformer.serving.warmup import bucket_texts
+
+    graph, compiled = _translators(spm_model, shortlist=shortlist_table)
+    assert bucket_texts(graph) == []
+    processor = spm.SentencePieceProcessor(model_proto=spm_model)
+    reached = []
+    for text in bucket_texts(compiled):
+        pieces = processor.encode(text)[:15] + [3]  # the one length bucket, as truncated
+        size = len(shortlist_ids([pieces], shortlist_table.table, shortlist_table.frequent))
+        reached.append(min(b for b in compiled.compiled_search.shortlist_buckets if b >= size))
+    assert sorted(reached) == [256, 320]
+    _, plain = _translators(spm_model)
+    assert len(bucket_texts(plain)) == len(plain.compiled_search.length_buckets) == 1
+
+
 # The signatures that run the compiled search (the others decode as without it, and
 # conftest's `tiny_export` exports them): the xla export holds these alone.
 COMPILED_SIGNATURES = ["translate_with_options", "translate_per_example"]
