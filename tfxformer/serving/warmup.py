@@ -125,8 +125,10 @@ def bucket_texts(translator):
     """The texts whose replay at load compiles the programs a lone sentence commonly needs
     in the translator's XLA-compiled search (:class:`tfxformer.serving.compiled.
     CompiledSearch`; none without it): LONG_TEXT's words repeated (as one sentence), per
-    source-length bucket the fewest that pass the bucket below and, with a shortlist, the
-    first that reaches each further shortlist bucket on the way to the bucket's length."""
+    source-length bucket the fewest that pass the bucket below and, with a shortlist, "the"
+    repeated as long (the smallest shortlist a sentence of that length has) and the first
+    of LONG_TEXT's that reaches each further shortlist bucket on the way to the bucket's
+    length."""
     compiled = getattr(translator, "compiled_search", None)
     if compiled is None:
         return []
@@ -143,6 +145,10 @@ def bucket_texts(translator):
         while len(sp.encode(text(count))) < below:
             count += 1
         reached = set()
+        if compiled.shortlist_buckets:
+            plain = _repeated(sp, "the", below)
+            reached.add(_shortlist_bucket(translator, sp.encode(plain)))
+            texts.append(plain)
         while True:
             shortlist = _shortlist_bucket(translator, sp.encode(text(count)))
             if shortlist not in reached:
@@ -153,6 +159,14 @@ def bucket_texts(translator):
             count += 1
         below = bucket
     return texts
+
+
+def _repeated(sp, word, pieces):
+    """`word` repeated until the text has at least `pieces` pieces (at least once)."""
+    count = 1
+    while len(sp.encode(" ".join([word] * count))) < pieces:
+        count += 1
+    return " ".join([word] * count)
 
 
 def _shortlist_bucket(translator, pieces):
