@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from conftest import TINY_EXPORT_OPTIONS, TINY_EXPORT_POSITIONS
 
-from tfxformer.serving.compiled import CompiledSearch, buckets
+from tfxformer.serving.compiled import CompiledSearch, buckets, shortlist_buckets
 
 TEXTS = ["A dog runs in the park.", "Two men are playing football on a green field.", "x",
          "The small brown dog runs after the ball along the white line near the church."]
@@ -24,7 +24,19 @@ def test_buckets():
         buckets(0)
 
 
-def _translators(spm_model, xla_max_batch=1):
+def test_shortlist_buckets_and_padding():
+    assert shortlist_buckets(8000) == (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
+                                       6144, 8000)
+    assert shortlist_buckets(320) == (256, 320)
+    assert shortlist_buckets(100) == (100,)
+    from tfxformer.decoding.shortlist import pad_shortlist
+
+    ids, usable = pad_shortlist(tf.constant([0, 1, 2, 3, 5, 9]), 8, 10)
+    assert ids.numpy().tolist() == [0, 1, 2, 3, 4, 5, 6, 9]  # sorted unique: a shortlist
+    assert usable.numpy().tolist() == [True] * 4 + [False, True, False, True]
+
+
+def _translators(spm_model, xla_max_batch=1, shortlist=None):
     from tfxformer import Transformer
     from tfxformer.serving import Translator
 
@@ -32,8 +44,9 @@ def _translators(spm_model, xla_max_batch=1):
     model = Transformer.from_preset("tiny", vocab_size=320, max_positions=TINY_EXPORT_POSITIONS)
     # Sources of at most 16 tokens: one length bucket, so each path compiles one program.
     options = dict(TINY_EXPORT_OPTIONS, max_input_tokens=16)
-    graph = Translator(model, spm_model, **options)
-    compiled = Translator(model, spm_model, xla_max_batch=xla_max_batch, **options)
+    graph = Translator(model, spm_model, shortlist=shortlist, **options)
+    compiled = Translator(model, spm_model, xla_max_batch=xla_max_batch, shortlist=shortlist,
+                          **options)
     return graph, compiled
 
 
@@ -65,6 +78,85 @@ def test_applies_only_to_the_compiled_options(translators):
     assert not bool(search.applies(source[:1], dict(beam_size=2, extra_length=4)))
     assert not bool(search.applies(source[:1], dict(beam_size=tf.constant(3),
                                                     extra_length=tf.constant(5))))
+
+
+@pytest.fixture(scope="module")
+def shortlist_table():
+    """A table (vocabulary 320) whose shortlists of one sentence fill either of the
+    compiled search's shortlist buckets (256, 320): 40 frequent ids, 40 ids drawn at random
+    per source token (a sentence of one piece stays under 256 ids, of 15 pieces not)."""
+    import numpy as np
+
+    from tfxformer.decoding import ShortlistTable
+
+    rows = np.random.default_rng(0).integers(4, 320, (320, 40)).astype(np.int32)
+    return ShortlistTable(rows, np.arange(4, 44, dtype=np.int32), {})
+
+
+def test_compiled_search_over_a_shortlist_is_the_graph_paths(spm_model, shortlist_table):
+    """The compiled search over a lone sentence's shortlist, padded to its bucket (both
+    buckets here): the translations and scores of the graph path's search over it."""
+    import sentencepiece as spm
+
+    from tfxformer.decoding import beam_search, shortlist_ids
+
+    graph, compiled = _translators(spm_model, shortlist=shortlist_table)
+    search = compiled.compiled_search
+    assert search.shortlist_buckets == (256, 320) and search.programs == 2
+    processor = spm.SentencePieceProcessor(model_proto=spm_model)
+    sizes = set()
+    for text in (TEXTS[2], TEXTS[3]):
+        source = tf.constant([processor.encode(text)[:15] + [3]])
+        shortlist = shortlist_ids(source, shortlist_table.table, shortlist_table.frequent)
+        sizes.add(min(size for size in search.shortlist_buckets if size >= len(shortlist)))
+        want = beam_search(graph.model, source, 3, graph.alpha, 4, shortlist=shortlist)
+        ids, lengths, scores = search.search(source, graph.alpha, shortlist)
+        assert ids.numpy()[0, :lengths[0]].tolist() == \
+            want.ids.numpy()[0, 0, :want.lengths[0, 0]].tolist()
+        assert scores.numpy() == pytest.approx(want.scores.numpy()[:, 0], abs=1e-4)
+    assert sizes == {256, 320}
+
+
+@pytest.mark.slow  # traces two translators and compiles two programs (~1 min)
+def test_translator_with_a_shortlist_runs_the_compiled_search(spm_model, shortlist_table,
+                                                             monkeypatch):
+    """Search.best sends a lone sentence with its shortlist to the compiled search (one
+    sentence in each shortlist bucket), two the graph path: the same translations."""
+    graph, compiled = _translators(spm_model, shortlist=shortlist_table)
+    search, shortlists = compiled.compiled_search.search, []
+
+    def recorded(source, alpha, shortlist=None):  # called when the translator traces
+        shortlists.append(shortlist)
+        return search(source, alpha, shortlist)
+
+    monkeypatch.setattr(compiled.compiled_search, "search", recorded)
+    for texts in ([TEXTS[2]], [TEXTS[3]], TEXTS[:2]):
+        want, got = graph(tf.constant(texts)), compiled(tf.constant(texts))
+        assert got["translation"].numpy().tolist() == want["translation"].numpy().tolist()
+        assert got["score"].numpy() == pytest.approx(want["score"].numpy(), abs=1e-4)
+    assert shortlists and all(shortlist is not None for shortlist in shortlists)
+
+
+def test_warmup_texts_reach_each_shortlist_bucket_of_a_length(spm_model, shortlist_table):
+    """The warm-up records of a shortlist export compile, per source-length bucket, every
+    shortlist bucket that LONG_TEXT's words reach on the way to its length (both here);
+    without a shortlist, one text per length bucket."""
+    import sentencepiece as spm
+
+    from tfxformer.decoding import shortlist_ids
+    from tfxformer.serving.warmup import bucket_texts
+
+    graph, compiled = _translators(spm_model, shortlist=shortlist_table)
+    assert bucket_texts(graph) == []
+    processor = spm.SentencePieceProcessor(model_proto=spm_model)
+    reached = []
+    for text in bucket_texts(compiled):
+        pieces = processor.encode(text)[:15] + [3]  # the one length bucket, as truncated
+        size = len(shortlist_ids([pieces], shortlist_table.table, shortlist_table.frequent))
+        reached.append(min(b for b in compiled.compiled_search.shortlist_buckets if b >= size))
+    assert sorted(reached) == [256, 320]
+    _, plain = _translators(spm_model)
+    assert len(bucket_texts(plain)) == len(plain.compiled_search.length_buckets) == 1
 
 
 # The signatures that run the compiled search (the others decode as without it, and

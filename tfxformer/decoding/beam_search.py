@@ -46,7 +46,7 @@ from tfxformer.config import LENGTH_NORMALIZATIONS, STOPPING_RULES
 from tfxformer.decoding import common, constraints, prefill, topk
 from tfxformer.decoding.common import NEG_INF, DecodeStart
 from tfxformer.decoding.ensemble import decoder
-from tfxformer.decoding.shortlist import to_vocabulary
+from tfxformer.decoding.shortlist import mask_columns, to_vocabulary
 from tfxformer.decoding.steering import (
     Steering,
     force_prefix,
@@ -481,7 +481,7 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
                 max_output_length=None, static_cache=False, *, eos_id=EOS_ID, shortlist=None,
                 stopping=common.DEFAULTS.stopping,
                 length_normalization=common.DEFAULTS.length_normalization, steering=None,
-                token_log_probs=False, prefill_prefix=True):
+                token_log_probs=False, prefill_prefix=True, shortlist_mask=None):
     """Translates a batch with beam search and the GNMT length penalty (§6.1).
 
     :func:`transformer_decoder` (encode once; the key/value cache), or for several models
@@ -507,6 +507,10 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
             with the specials 0..3 (:func:`tfxformer.decoding.shortlist.shortlist_ids`):
             logits, softmax and top-k over those tokens only; the output ids are
             vocabulary ids, and the scores are normalized over the shortlist.
+        shortlist_mask: None, or (V',) bool, False on the `shortlist` columns that only
+            pad it to a fixed length (:func:`tfxformer.decoding.shortlist.pad_shortlist`,
+            for XLA): their logits are -inf before the softmax, so the output is that of
+            the shortlist without them.
         stopping: when a sentence ends before its limit: "bound" (the default,
             :data:`tfxformer.config.DEFAULT_STOPPING`: once no alive hypothesis could
             still win) or "finished" (once K hypotheses have finished, as CTranslate2).
@@ -536,6 +540,12 @@ def beam_search(model, source_ids, beam_size=common.DEFAULTS.beam_size,
     shortlist = common.shortlist_tensor(shortlist, eos_id)
     start = decoder(model, source_ids, beam_size, extra_length, max_output_length,
                     static_cache, shortlist)
+    if shortlist_mask is not None:
+        if shortlist is None:
+            raise ValueError("`shortlist_mask` needs a `shortlist` (it marks its padding).")
+        start = start._replace(step_fn=mask_columns(start.step_fn, shortlist_mask),
+                               prefill_fn=start.prefill_fn and mask_columns(start.prefill_fn,
+                                                                            shortlist_mask))
     out = sequence_beam_search(start, beam_size, alpha, eos_id=eos_id,
                                static_cache=static_cache, stopping=stopping,
                                length_normalization=length_normalization, steering=steering,

@@ -34,10 +34,11 @@ import numpy as np
 import tensorflow as tf
 
 from tfxformer import checks
+from tfxformer.decoding.common import NEG_INF
 from tfxformer.ids import NUM_SPECIAL_IDS, PAD_ID
 
 __all__ = [
-    "ShortlistTable", "build_shortlist_table", "shortlist_ids",
+    "ShortlistTable", "build_shortlist_table", "pad_shortlist", "shortlist_ids",
 ]
 
 _DEFAULT_PER_SOURCE = 50
@@ -298,3 +299,35 @@ def check_shortlist(shortlist, vocab_size):
 def to_vocabulary(ids, shortlist):
     """Output ids of a search in column space (any shape) -> vocabulary ids."""
     return tf.gather(shortlist, ids)
+
+
+def pad_shortlist(shortlist, size, vocab_size):
+    """A shortlist (L,) padded to `size` columns (L <= size <= vocab_size; graph-safe), for
+    a search whose shapes must be fixed (XLA): ((size,) int32 sorted unique ids, the
+    shortlist and the size - L smallest ids not in it; (size,) bool usable, False on those
+    padding columns). A search given both (`beam_search(..., shortlist=ids,
+    shortlist_mask=usable)`) never generates a padding column: its logits are -inf before
+    the softmax (:func:`mask_columns`), so the output is the unpadded shortlist's.
+
+    Example:
+    >>> ids, usable = pad_shortlist([0, 1, 2, 3, 7], 7, 10)
+    >>> ids.numpy().tolist(), usable.numpy().tolist()
+    ([0, 1, 2, 3, 4, 5, 7], [True, True, True, True, False, False, True])
+    """
+    shortlist = tf.cast(tf.convert_to_tensor(shortlist), tf.int32)
+    listed = tf.scatter_nd(shortlist[:, None], tf.ones_like(shortlist), [vocab_size]) > 0
+    padding = tf.cast(tf.where(~listed)[:, 0], tf.int32)[:size - tf.size(shortlist)]
+    chosen = listed | (tf.scatter_nd(padding[:, None], tf.ones_like(padding), [vocab_size]) > 0)
+    ids = tf.cast(tf.where(chosen)[:, 0], tf.int32)  # sorted
+    return ids, tf.gather(listed, ids)
+
+
+def mask_columns(fn, usable):
+    """A step (or prefill) function `fn` -> (logits, cache) whose logits (..., V') are
+    NEG_INF (float32) in the shortlist columns not `usable` ((V',) bool), before the
+    softmax: those columns take no probability and are never generated."""
+    def masked(*args):
+        logits, cache = fn(*args)
+        return tf.where(usable, tf.cast(logits, tf.float32), NEG_INF), cache
+
+    return masked

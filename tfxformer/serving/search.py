@@ -4,9 +4,10 @@ graph's beam search, chosen here and nowhere else.
 :meth:`Search.best` gives the best hypothesis of each sentence of a chunk: sampled
 (:func:`tfxformer.decoding.greedy_decode`) when the options hold a seed; else by the
 compiled search (:mod:`tfxformer.serving.compiled`) where it applies (a small chunk, the
-export's beam size and extra length, no shortlist), chosen in the graph; else by the
-graph's beam search (:func:`tfxformer.decoding.beam_search`). :meth:`Search.steered`
-is the beam search of `translate_nbest` (repetition controls, prefixes, constraints),
+export's beam size and extra length; over the chunk's shortlist, if the export has one),
+chosen in the graph; else by the graph's beam search
+(:func:`tfxformer.decoding.beam_search`). :meth:`Search.steered` is the beam search
+of `translate_nbest` (repetition controls, prefixes, constraints),
 :meth:`Search.first_pieces` the pieces most probable after a prefix.
 
 Shapes: B sentences of a chunk, S source length, L output columns, R rows, V vocabulary.
@@ -57,7 +58,7 @@ class Search:
         self.compiled_search = None if not self.xla_max_batch else CompiledSearch(
             model, options.beam_size, options.extra_length, options.max_output_tokens,
             options.max_input_tokens, options.stopping, options.length_normalization,
-            self.xla_max_batch)
+            self.xla_max_batch, None if shortlist is None else int(shortlist[0].shape[0]))
 
     def shortlist(self, source, forced=None):
         """(C,) int32 the shortlist of the chunk `source` (B, S) (the table rows of its
@@ -90,9 +91,9 @@ class Search:
                 return self.best_of_beam(source, *values)
             return self.best_of_beam(source, *values, shortlist)
 
-        if self.compiled_search is None or shortlist is not None:
+        if self.compiled_search is None:
             return graph()
-        return self.compiled_search.or_else(source, options, graph)
+        return self.compiled_search.or_else(source, options, graph, shortlist)
 
     @functools.cached_property
     def best_of_beam(self):

@@ -14,6 +14,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from tfxformer.decoding.shortlist import shortlist_ids
+from tfxformer.ids import EOS_ID
+
 __all__ = [
     "BATCHABLE_SIGNATURES", "LONG_TEXT", "SHORT_TEXT", "batching_parameters",
     "bucket_texts", "read_warmup_records", "signature_inputs",
@@ -119,23 +122,61 @@ def _request(predict_pb2, prediction_log_pb2, translator, signature, texts):
 
 
 def bucket_texts(translator):
-    """One text per source-length bucket of the translator's XLA-compiled search
-    (:class:`tfxformer.serving.compiled.CompiledSearch`; none without it): LONG_TEXT's
-    words repeated until its pieces (and EOS) pass the bucket below, so replaying them at
-    load compiles every program a lone sentence can need."""
+    """The texts whose replay at load compiles the programs a lone sentence commonly needs
+    in the translator's XLA-compiled search (:class:`tfxformer.serving.compiled.
+    CompiledSearch`; none without it): LONG_TEXT's words repeated (as one sentence), per
+    source-length bucket the fewest that pass the bucket below and, with a shortlist, "the"
+    repeated as long (the smallest shortlist a sentence of that length has) and the first
+    of LONG_TEXT's that reaches each further shortlist bucket on the way to the bucket's
+    length."""
     compiled = getattr(translator, "compiled_search", None)
     if compiled is None:
         return []
     import sentencepiece
 
     sp = sentencepiece.SentencePieceProcessor(model_proto=translator.sentencepiece_model)
-    words, texts, below, count = LONG_TEXT.split(), [], 0, 0
+    words = LONG_TEXT.rstrip(".").split()  # no sentence end, however often repeated
+
+    def text(count):
+        return " ".join(words[i % len(words)] for i in range(count)) or SHORT_TEXT
+
+    texts, below, count = [], 0, 0
     for bucket in compiled.length_buckets:
-        while len(sp.encode(" ".join(words[i % len(words)] for i in range(count)))) < below:
+        while len(sp.encode(text(count))) < below:
             count += 1
-        texts.append(" ".join(words[i % len(words)] for i in range(count)) or SHORT_TEXT)
+        reached = set()
+        if compiled.shortlist_buckets:
+            plain = _repeated(sp, "the", below)
+            reached.add(_shortlist_bucket(translator, sp.encode(plain)))
+            texts.append(plain)
+        while True:
+            shortlist = _shortlist_bucket(translator, sp.encode(text(count)))
+            if shortlist not in reached:
+                reached.add(shortlist)
+                texts.append(text(count))
+            if shortlist is None or len(sp.encode(text(count + 1))) >= bucket:  # EOS too
+                break
+            count += 1
         below = bucket
     return texts
+
+
+def _repeated(sp, word, pieces):
+    """`word` repeated until the text has at least `pieces` pieces (at least once)."""
+    count = 1
+    while len(sp.encode(" ".join([word] * count))) < pieces:
+        count += 1
+    return " ".join([word] * count)
+
+
+def _shortlist_bucket(translator, pieces):
+    """The compiled search's shortlist bucket of one sentence of `pieces` (None without a
+    shortlist)."""
+    buckets = translator.compiled_search.shortlist_buckets
+    if not buckets:
+        return None
+    size = int(tf.size(shortlist_ids([pieces + [EOS_ID]], *translator.shortlist_variables)))
+    return min(b for b in buckets if b >= size)
 
 
 def write_warmup_records(version_dir, logs):
