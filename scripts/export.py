@@ -183,7 +183,8 @@ def build_parser():
                         help="chunks of at most N sentences run an XLA-compiled beam "
                              "search, several times faster per sentence (1: for interactive "
                              "serving, one sentence a request); it compiles a program per "
-                             "length bucket when the version loads and TF Serving then needs "
+                             "length bucket (and shortlist bucket, with --shortlist) when the "
+                             "version loads and TF Serving then needs "
                              "--xla_cpu_compilation_enabled=true (docs/serving.md); "
                              "default: %(default)s, off")
     parser.add_argument("--no-sentence-split", dest="sentence_split", action="store_false",
