@@ -99,7 +99,7 @@ def barrier(strategy: tf.distribute.Strategy) -> None:
 
     A collective all-reduce: it waits as long as the slowest worker needs, and fails with
     `tf.errors.UnavailableError` instead of waiting forever when a worker dies (the
-    coordination service's heartbeats abort pending collectives).
+    coordination service's heartbeats abort pending collectives; :data:`LOST_WORKER_ERRORS`).
     """
     if not is_multi_worker(strategy):
         return
@@ -120,6 +120,11 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
         return True
     has_chief = "chief" in resolver.cluster_spec().as_dict()
     return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
+
+
+# What a collective raises when a peer worker dies: UnavailableError, or AbortedError when
+# the coordination service had already put the run in error (a heartbeat timed out first).
+LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError)
 
 
 def lost_worker_reason(error: Exception) -> str:

@@ -25,6 +25,7 @@ from tfxformer.data import pipeline, sources, token_cache
 from tfxformer.data.sampling import SubwordSampler
 from tfxformer.data.tokenizer import Tokenizer, load_vocabulary, train_tokenizer
 from tfxformer.distribute import (
+    LOST_WORKER_ERRORS,
     barrier,
     is_chief,
     is_multi_worker,
@@ -302,7 +303,7 @@ def train_and_evaluate(config: TrainConfig, *, kill_at_save_step: int | None = N
     log.info("Precision %s: %s", config.precision, precision_reason)
     try:
         return _run(config, strategy, chief, kill_at_save_step, nonfinite_fault_steps)
-    except tf.errors.UnavailableError as error:
+    except LOST_WORKER_ERRORS as error:
         if not is_multi_worker(strategy):
             raise
         raise WorkerLostError(
