@@ -111,8 +111,8 @@ class NBest(Translate):
     def output(self, index, value):
         from tfxformer.serving.nbest import Hypothesis, moses_lines
 
-        hypotheses = [Hypothesis(text, score, tuple(tokens), tuple(log_probs))
-                      for text, score, tokens, log_probs in json.loads(value)]
+        hypotheses = [Hypothesis(text, score, tuple(tokens), tuple(log_probs), *alignment)
+                      for text, score, tokens, log_probs, *alignment in json.loads(value)]
         return "".join(line + "\n" for line in moses_lines(
             index, hypotheses, self.token_scores)).encode("utf-8")
 
