@@ -16,6 +16,9 @@ alternatives. Inside :func:`traced_once`, :func:`encode` and :func:`decode` are 
 calls. Each is written once in the SavedModel: an export of a shipped model is a fifth
 smaller and faster to make, and loads in less memory (bench/README.md, "Serving memory").
 The calls run once per batch, outside the search's loop: they add nothing per step.
+Other graphs that every signature builds are shared the same way through :func:`shared`
+(a translator's reading of its texts and the writing of its translations: an export
+traces in half the time and loads in half the time, bench/README.md).
 
 An export also keeps, per model, the weights its searches would otherwise derive from the
 model's variables at every call (the shared embedding transposed for the output
@@ -32,7 +35,8 @@ import contextvars
 
 import tensorflow as tf
 
-__all__ = ["decode", "derived_weights", "encode", "keep_derived_weights", "traced_once"]
+__all__ = ["decode", "derived_weights", "encode", "keep_derived_weights", "shared",
+           "traced_once"]
 
 # {(id(model), method name): (model, its tf.function)} of the innermost traced_once, or None.
 _FUNCTIONS = contextvars.ContextVar("tfxformer_shared_functions", default=None)
@@ -50,19 +54,28 @@ def traced_once(functions: dict):
         _FUNCTIONS.reset(token)
 
 
-def _function(model, name, specs):
-    """The model's shared function `name` of the innermost :func:`traced_once`, or None
-    outside one."""
+def shared(owner, name, python_function, input_signature=None):
+    """Inside :func:`traced_once`: `owner`'s one `tf.function` of `python_function` named
+    `name`, made on the first call and kept in the innermost `functions`, so that every
+    graph traced there calls it and an export holds its graph once; outside one, None.
+    Without an `input_signature` it is traced once per structure of arguments (shapes
+    relaxed)."""
     functions = _FUNCTIONS.get()
     if functions is None:
         return None
-    entry = functions.get((id(model), name))
-    if entry is None:  # the model is kept with it: its id is never another model's
-        method = getattr(model, name)
-        function = tf.function(lambda *args: method(*args), input_signature=specs,
-                               autograph=False)
-        entry = functions[id(model), name] = (model, function)
+    entry = functions.get((id(owner), name))
+    if entry is None:  # the owner is kept with it: its id is never another object's
+        function = tf.function(python_function, input_signature=input_signature,
+                               autograph=False, reduce_retracing=input_signature is None)
+        entry = functions[id(owner), name] = (owner, function)
     return entry[1]
+
+
+def _function(model, name, specs):
+    """The model's shared function `name` of the innermost :func:`traced_once`, or None
+    outside one."""
+    method = getattr(model, name)
+    return shared(model, name, lambda *args: method(*args), specs)
 
 
 def encode(model, source_ids):

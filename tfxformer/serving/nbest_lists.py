@@ -252,7 +252,7 @@ def translate_nbest(translator, text, beam_size, alpha, extra_length, max_input_
                                             repetition_penalty)
     tokenizer = translator.make_tokenizer()
     limits = input_limits(max_input_tokens, size, translator.max_input_tokens)
-    source = translator.codec.to_source(text, limits, target_language, tokenizer)
+    source = translator.read(text, limits, target_language)
     rows = nbest_request.per_row(options, source.rows)
     lengths = tf.cast(source.pieces.row_lengths(), tf.int32)
     # the pieces a prefix or constraints may take: the output limit less one

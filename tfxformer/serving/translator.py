@@ -325,8 +325,8 @@ class Translator(tf.Module):
         if per_example and sampling is not None:
             raise ValueError("Sampling takes scalar options (one value for the batch).")
         tokenizer = self.make_tokenizer()
-        source = self.codec.to_source(text, self._input_limits(max_input_tokens, tf.size(text)),
-                                      target_language, tokenizer)
+        source = self.read(text, self._input_limits(max_input_tokens, tf.size(text)),
+                           target_language)
         if per_example:
             options = example_options(options, tf.size(text))
         # Blank rows never reach the model: only the other rows are decoded.
@@ -349,11 +349,38 @@ class Translator(tf.Module):
         translations, scores = decode_in_chunks(
             tf.cast(pieces.row_lengths(), tf.int32), self.max_batch_size, decode,
             (tf.string, tf.float32), keys=keys)
-        translations = source.rows.clean(source.restore(translations, ""), source.unknown)
-        return {"translation": restore_markup(self, source, source.to_texts(translations),
-                                              translations, tokenizer, target_language),
+        return {"translation": self.write(source, source.restore(translations, ""),
+                                          target_language),
                 "score": source.rows.sum(source.restore(scores, 0.0), 0.0),
                 "truncated": source.text_truncated()}
+
+    def read(self, text, limits, target_language=None):
+        """(N,) texts -> their :class:`tfxformer.serving.text.Source`, read by the codec
+        (:meth:`tfxformer.serving.text.TextCodec.to_source`) with `limits` (N,) int32
+        tokens; in an export, one function that every signature calls
+        (:func:`tfxformer.decoding.model_calls.shared`)."""
+        def read(text, limits, *language):
+            return self.codec.to_source(text, limits, *language or (None,),
+                                        self.make_tokenizer())
+
+        language = () if target_language is None else (target_language,)
+        function = model_calls.shared(self, "read", read) or read
+        return function(text, limits, *language)
+
+    def write(self, source, translations, target_language=None):
+        """The (S,) rows' best `translations` of `source` -> the (N,) texts' translations:
+        cleaned, cased and joined (:meth:`tfxformer.serving.text.Source.to_texts`), the
+        inline markup put back at the aligned words
+        (:func:`tfxformer.serving.alignment.restore_markup`); in an export, one function
+        that the translating signatures call."""
+        def write(source, translations, *language):
+            translations = source.rows.clean(translations, source.unknown)
+            return restore_markup(self, source, source.to_texts(translations), translations,
+                                  self.make_tokenizer(), *language or (None,))
+
+        language = () if target_language is None else (target_language,)
+        function = model_calls.shared(self, "write", write) or write
+        return function(source, translations, *language)
 
     def _input_limits(self, max_input_tokens, size):
         """(N,) int32 source-token limits: the export's, or lower ones asked per text."""
