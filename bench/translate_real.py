@@ -1,74 +1,32 @@
 #!/usr/bin/env python
 """Real-text translation benchmark: the shipped EN→DE model against CTranslate2 on its weights.
 
-Systems, each run in its own process (so that `ru_maxrss` is its own peak RSS):
-  tfxformer-fp32  the shipped SavedModel (saved_models/multi30k_en_de, highest version),
-                  strings in, strings out, through `serving_default`.
-  tfxformer-best  the same variables re-exported at run time with today's code
-                  (`scripts/export.py --precision auto`, --best-precision) into a temp dir,
-                  same signature: bf16 where the CPU has AVX512_BF16 or AMX, else fp32
-                  (bf16 is slower on CPUs without them); Keras int8 slower than fp32
-                  (bench/README.md, "Studies").
-                  --best-shortlist K,N adds a vocabulary shortlist to it (`scripts/export.py
-                  --shortlist K,N`, the table from multi30k train.en/train.de).
-  tfxformer-ct2search  the same variables re-exported at fp32 with CTranslate2's search
-                  (`scripts/export.py --stopping finished --length-normalization length`):
-                  beside ct2-float32, the row that compares the same search.
-  ct2-float32,    the same trained weights converted to CTranslate2 by the package
-  ct2-int8        (`scripts/export.py --format ctranslate2`, tfxformer.serving.ctranslate2_export,
-                  in the project venv: the CT2 venv's CTranslate2 must read its model.bin, so
-                  keep both on the same version), loaded with compute_type float32 / int8.
+Systems, each in its own process (so `ru_maxrss` is its own peak RSS):
+  tfxformer-fp32       the shipped SavedModel (highest version), strings in and out through
+                       `serving_default`.
+  tfxformer-best       its variables re-exported at run time (`scripts/export.py --precision
+                       --best-precision`, and `--shortlist --best-shortlist` from multi30k).
+  tfxformer-ct2search  re-exported at fp32 with CTranslate2's search (`--stopping finished
+                       --length-normalization length`: K hypotheses finished, log P / |Y|^α,
+                       |Y| without the EOS), so it differs from ct2-float32 only by
+                       arithmetic and CT2's per-batch length limit; the log counts equal
+                       translations. The shipped export stops at "bound" and scores "gnmt".
+  ct2-float32, -int8   the weights converted by `scripts/export.py --format ctranslate2` (in
+                       the project venv: keep CTranslate2 on the same version in both venvs).
 
-SentencePiece stays outside CT2: sources are encoded to pieces, cut to max_input_tokens - 1,
-then "</s>" (as our translator does); output pieces are decoded with SentencePiece.
-Decoding options: the SavedModel's beam size and α (its assets/config.json `decoding`,
-what serving_default runs: beam 4, α 0.6 for version 2, α 1.4 for version 3) as CT2's
-`beam_size` and `length_penalty` as they are (CT2 divides log P by |Y|^α, |Y| without the
-EOS; ours by ((5 + |Y|) / 6)^α: tfxformer.serving.ctranslate2 maps α for its own
-translate function, this worker does not), <pad> and <s> never generated
-(`suppress_sequences`), sentences sorted by length in batches of 64, each batch's
-`max_decoding_length` = min(max_output_tokens, longest source + extra_length) (ours is per
-sentence; equal while no output runs past its own source + 50).
+CT2 gets SentencePiece pieces cut to max_input_tokens - 1 plus "</s>", the SavedModel's own
+beam size and α (its assets/config.json `decoding`) as `beam_size` and `length_penalty`,
+<pad> and <s> suppressed, batches sorted by length with `max_decoding_length` = min(
+max_output_tokens, longest source + extra_length).
 
-Search, system by system (what stops a sentence before its limit; what log P is divided
-by): tfxformer-fp32 and -best run the shipped export's, which the re-exports
-inherit: "bound" (K hypotheses finished and no alive one could still beat the worst of
-them, even at the length penalty of its limit) and "gnmt" (((5 + |Y|) / 6)^α, |Y| with
-the EOS). tfxformer-ct2search runs "finished" (K hypotheses finished) and "length" (|Y|^α,
-|Y| without the EOS). ct2-* run CTranslate2's BeamSearch::search (src/decoding.cc): a
-sentence ends once K (patience 1) hypotheses have finished (at α 0, once its best beam has
-finished), each scored log P / |Y|^α (`finalize_hypothesis_score`, |Y| without the EOS:
-`return_end_token` off), so tfxformer-ct2search and ct2-float32 differ only by arithmetic
-and by CT2's per-batch length limit; the log says how many of their translations are equal.
+Timing: per system, set, mode and batch size, one untimed call on the first 64 sentences,
+then --repeats passes; sentences/s and target tokens/s (output pieces, EOS not counted) of
+the median pass; cased sacreBLEU. --modes: see --help. Pin to free cores with --cpus: CT2
+with more threads than free cores stalls.
 
-Timing: per system, set, mode and batch size, one untimed warm-up call on the first 64
-sentences, then --repeats passes over the whole set; sentences/s and target tokens/s
-(SentencePiece pieces of the output text, EOS not counted, the same count for every system)
-over the median pass: the machine's throughput; cased sacreBLEU (13a).
-Threads (--modes): every worker is pinned to --cpus (default: all). single: one call (TF:
-the whole set, which the translator sorts and decodes in chunks of its batch size) or one
-batch (CT2) at a time, CT2 intra_threads = --threads (default: the number of those cores),
-inter_threads 1, TensorFlow its default pools (sized from the same affinity mask).
-concurrent: each system at its serving setting: the set sorted by length and cut into
-batches of --batch-sizes S; TF: one caller thread per core, each calling serving_default
-on its own batches, intra-op parallelism 1, inter-op threads = cores (TF Serving's CPU
-setting: num_batch_threads = cores, --tensorflow_intra_op_parallelism=1); CT2: every batch
-submitted asynchronously, inter_threads = cores, intra_threads 1. On a machine where
-another job holds a core, pin both sides to the free ones: CT2 with more threads than free
-cores stalls (64 sentences, core 0 busy with a training: 37.5 s and 50.6 s with 2 threads
-vs 0.18 s with 1).
-
-Environments: the TF part runs in the project venv (PYTHONPATH = repo root), the CT2 part
-in its own venv, no TensorFlow, named by --ct2-python or TFXFORMER_CT2_PYTHON:
-  python3.11 -m venv CT2_VENV
-  CT2_VENV/bin/pip install ctranslate2 sentencepiece numpy sacrebleu
-  export TFXFORMER_CT2_PYTHON=CT2_VENV/bin/python
-Run (from the repo root, with the project's python):
-  PYTHONPATH=$PWD python bench/translate_real.py [--limit N] [--sets ...] [--systems ...] \
-      [--modes single concurrent] [--batch-sizes 16 64 256] [--ct2-python CT2_VENV/bin/python]
-Prints one JSON line per system, set, mode and batch size: {"system", "set", "mode",
-"batch_size", "sentences_per_second",
-"target_tokens_per_second", "bleu", "peak_rss_mib"}; details go to stderr.
+The CT2 part runs in its own venv (--ct2-python or TFXFORMER_CT2_PYTHON):
+  python3.11 -m venv CT2_VENV && CT2_VENV/bin/pip install ctranslate2 sentencepiece numpy sacrebleu
+Prints one JSON line per system, set, mode and batch size; details go to stderr.
 """
 
 from __future__ import annotations
@@ -389,7 +347,8 @@ def _uptime():
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--role", default="drive",
                     choices=["drive", "worker"], help=argparse.SUPPRESS)
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
