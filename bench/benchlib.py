@@ -36,6 +36,21 @@ def fixed_batches(n, batch=128, src_len=32, tgt_len=32, vocab=32000, seed=0):
     return out
 
 
+def workload_args(ap, batch_size: int, src_len: int, tgt_len: int | None) -> None:
+    """The model and batch flags of the random-weight benchmarks (tgt_len None: none)."""
+    ap.add_argument("--preset", default="base", help="model preset (base, big, small, tiny)")
+    ap.add_argument("--vocab-size", type=int, default=32000, help="V (default: 32000)")
+    ap.add_argument("--batch-size", type=int, default=batch_size,
+                    help=f"B sentences or pairs (default: {batch_size})")
+    ap.add_argument("--src-len", type=int, default=src_len,
+                    help=f"S source tokens a sentence (default: {src_len})")
+    if tgt_len is not None:
+        ap.add_argument("--tgt-len", type=int, default=tgt_len,
+                        help=f"T target tokens a pair (default: {tgt_len})")
+    ap.add_argument("--precision", choices=sorted(POLICIES), default="fp32",
+                    help="fp32 or bf16 (Keras mixed_bfloat16) (default: fp32)")
+
+
 def stand_in_pool(rng, vocab: int, size: int) -> np.ndarray:
     """The ids of a stand-in vocabulary shortlist of `size` (the 4 special ids apart):
     `size - 4` distinct ids of 4 .. vocab - 1, drawn first from `rng` (default_rng(0) in

@@ -1,31 +1,18 @@
 #!/usr/bin/env python
 """Translation (decoding) throughput of tfxformer's beam search on the peers' workload.
 
-Default workload = the peers' (the peer benchmarks' RESULTS.md §3): base preset, random
-weights (seed 0), vocabulary 32000, 64 source sentences of 24 real tokens (the peers' ids:
-numpy default_rng(0).integers(3, V)), beam 4 with alpha 0.6, exactly --decode-steps (32)
-generated tokens per sentence. The whole call (encoder + decoding loop) is
-`tfxformer.decoding.beam_search` inside one tf.function.
+The peers' workload (their RESULTS.md §3): base preset, random weights (seed 0), vocabulary
+32000, 64 sources of 24 real tokens (default_rng(0).integers(3, V)), beam 4, α 0.6, the
+whole call (encoder + search) `tfxformer.decoding.beam_search` in one tf.function. EOS is
+an ordinary token (`eos_id=None`) and max_output_length = extra_length = --decode-steps, so
+every sentence runs exactly --decode-steps tokens (checked).
 
-EOS never ends a hypothesis (`eos_id=None`: EOS is an ordinary token) and
-`max_output_length = extra_length = --decode-steps`, so every sentence runs to exactly that
-limit through the public API. The script checks that every output has --decode-steps tokens.
+--shortlist-size L decodes over a shortlist of L ids (`shortlist_ids(source, table)`, in
+the timed call). A table of random data means nothing, so a stand-in of the same cost: every
+source id's 50 entries come from one pool of L - 4 ids. Real L: bench/STUDIES.md.
+--best is an alias of BEST below, the fastest of bench/README.md's table.
 
---shortlist-size L decodes over a vocabulary shortlist of L ids (`beam_search(...,
-shortlist=shortlist_ids(source, table))`, tfxformer.decoding.shortlist): logits, softmax
-and top-k over L tokens instead of V. A table built from random data would mean nothing
-(random ids share no translations), so the bench uses a stand-in of the same cost: every
-source id's K = 50 table entries are drawn (seed 0) from one pool of L - 4 ids, so every
-batch's shortlist is that pool plus the 4 special ids, and the per-batch union
-(`shortlist_ids`, inside the timed call) is real. What L a real table gives comes from
-real text (bench/STUDIES.md, "Vocabulary shortlist": L per batch of 64, the shipped model).
-
---best runs the best mode, an alias of explicit flags (BEST below, printed in the JSON):
---precision bf16 --shortlist-size BEST_SHORTLIST_SIZE. Whatever the current table of
-bench/README.md measures fastest is what BEST should hold; change it there and here.
-
-  python bench/decode_speed.py                      # beam 4, fp32
-  python bench/decode_speed.py --best               # = --precision bf16 --shortlist-size 4547
+  python bench/decode_speed.py [--best]
   python bench/decode_speed.py --preset tiny --vocab-size 1000 --repeats 2   # smoke test
 
 The last line printed is one JSON object.
@@ -41,25 +28,18 @@ import flops
 
 ALPHA = 0.6
 SHORTLIST_PER_SOURCE = 50
-# The mean shortlist length per batch of 64 newstest2014 sentences (news, as this
-# workload imitates) with the shipped model's table at K, N = 20, 1000 (its vocabulary:
-# 8000; bench/STUDIES.md, "Vocabulary shortlist"). A stand-in: no 32k
-# vocabulary table can be built here (no WMT14 training data on this machine), and with
-# 8000 ids L saturates near the 5,305 ids that the table and frequent list hold at all,
-# so a 32k vocabulary's real L is likely larger.
+# The mean shortlist length per batch of 64 newstest2014 sentences with the shipped model's
+# table at K, N = 20, 1000 (vocabulary 8000; a 32k vocabulary's L is likely larger).
 BEST_SHORTLIST_SIZE = 4547
 BEST = {"precision": "bf16", "shortlist_size": BEST_SHORTLIST_SIZE}
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", default="base")
-    ap.add_argument("--vocab-size", type=int, default=32000)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--src-len", type=int, default=24)
-    ap.add_argument("--decode-steps", type=int, default=32)
-    ap.add_argument("--beam-size", type=int, default=4)
-    ap.add_argument("--precision", choices=sorted(bl.POLICIES), default="fp32")
+    bl.workload_args(ap, batch_size=64, src_len=24, tgt_len=None)
+    ap.add_argument("--decode-steps", type=int, default=32,
+                    help="tokens generated a sentence, EOS ignored (default: 32)")
+    ap.add_argument("--beam-size", type=int, default=4, help="K beams (default: 4)")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls after one warm-up")
     ap.add_argument("--shortlist-size", type=int, default=None, metavar="L",
                     help="decode over a vocabulary shortlist of L ids (4 <= L <= vocab), a "

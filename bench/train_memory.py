@@ -1,38 +1,20 @@
 #!/usr/bin/env python
 """Peak memory (RSS) of tfxformer's training step on the peers' workload, with a breakdown.
 
-The workload is train_speed.py's (base preset, vocabulary 32000, 128 pairs x 32/32 tokens,
-label smoothing 0.1, Adam with the warmup-4000 schedule, the peers' fixed batches) and the
-step is the real one: `Trainer.train_step` under the 1-replica strategy of
-`make_strategy()`. Peak RSS is per process, so every variant runs in its own process:
+The workload and step are train_speed.py's (`Trainer.train_step`, base preset, the peers'
+fixed batches). Peak RSS is per process, so every variant runs in its own process:
 
-  python bench/train_memory.py                          # fp32, the Trainer's default loss
-  python bench/train_memory.py --precision bf16
-  python bench/train_memory.py --loss logits            # the loss on (B, T, V) logits
+  python bench/train_memory.py                          # fp32, the fused loss
   python bench/train_memory.py --compare fp32,bf16 --losses logits,fused   # one process each
   python bench/train_memory.py --preset tiny --vocab-size 1000 --steps 1   # smoke test
 
-What it reports (MiB; 1 MiB = 2^20 bytes):
-- the peak RSS of the process (what the peers quote, their `ru_maxrss` / `time -v`), here the
-  largest of the phases' peaks: VmHWM is reset through /proc/self/clear_refs before each
-  phase (Linux >= 4.0), which also resets the kernel's `ru_maxrss`, so each phase's peak is
-  its own; a thread also samples VmRSS every `--sample-ms` as a check;
-- RSS after each phase (imports, model build, optimizer slots, first step = trace + run,
-  warm-up, measured steps) and the phase's peak;
-- TensorFlow's allocator statistics per phase (`tf.config.experimental.get_memory_info`):
-  with oneDNN on (TensorFlow's default on x86) the CPU allocator is oneDNN's
-  `MklCPUAllocator`, a BFC pool that keeps them (and keeps the memory it has grown to, so
-  the RSS after a step stays near the step's peak); with TF_ENABLE_ONEDNN_OPTS=0 there are
-  none, and the error is reported instead;
-- the big tensors of the step by name and size, and a floor: weights + gradients + Adam's
-  two slots + the activations backpropagation must keep (counted per layer below) + the
-  process's RSS before the model existed (Python, TensorFlow and oneDNN themselves).
-
-Environment settings (allocator choices such as MALLOC_ARENA_MAX, TF_CPU_ALLOCATOR_USE_BFC)
-are read from the environment and echoed in the JSON line. `--threads N` sets TensorFlow's
-intra- and inter-op pools (default: TensorFlow's choice from the CPUs the process may use,
-so a `taskset -c 1` run gets one thread each, and runs fewer ops at once than an unpinned
-run).
+Reported (MiB): the process's peak RSS, the largest of the phases' peaks (VmHWM, and so
+`ru_maxrss`, is reset through /proc/self/clear_refs before each phase; a thread samples
+VmRSS as a check); RSS after each phase (imports, model, optimizer slots, first step,
+warm-up, measured steps); TensorFlow's CPU allocator statistics per phase (none with
+TF_ENABLE_ONEDNN_OPTS=0: the error instead); the step's big tensors; and a floor: weights,
+gradients, Adam's slots, the activations backpropagation keeps, and the RSS before the
+model existed. Allocator settings (ENV_KEYS) are echoed from the environment.
 The last line printed is one JSON object.
 """
 
@@ -57,27 +39,22 @@ ENV_KEYS = ("MALLOC_ARENA_MAX", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", default="base", help="model preset (base, big, small, tiny)")
-    ap.add_argument("--vocab-size", type=int, default=32000, help="V")
-    ap.add_argument("--batch-size", type=int, default=128, help="B pairs per step")
-    ap.add_argument("--src-len", type=int, default=32, help="S source tokens per pair")
-    ap.add_argument("--tgt-len", type=int, default=32, help="T target tokens per pair")
-    ap.add_argument("--precision", choices=sorted(bl.POLICIES), default="fp32",
-                    help="fp32 or bf16 (Keras mixed_bfloat16)")
-    ap.add_argument("--loss", choices=["default", "logits", "fused"], default="default",
+    bl.workload_args(ap, batch_size=128, src_len=32, tgt_len=32)
+    ap.add_argument("--loss", choices=["logits", "fused"], default="fused",
                     help="the Trainer's loss path: 'logits' = label-smoothed cross-entropy on "
                          "the (B, T, V) logits, 'fused' = projection and loss fused in row "
-                         "chunks (Trainer(fused_loss=True)); 'default' = the Trainer's default")
+                         "chunks (Trainer(fused_loss=True), the default)")
     ap.add_argument("--warmup", type=int, default=2, help="steps before the measured ones "
                     "(the first traces the step)")
     ap.add_argument("--steps", type=int, default=3, help="measured steps")
     ap.add_argument("--threads", type=int, default=0,
-                    help="intra- and inter-op threads (0: TensorFlow's default)")
+                    help="intra- and inter-op threads (0: TensorFlow's default, from the CPUs "
+                         "the process may use: one under `taskset -c 1`)")
     ap.add_argument("--sample-ms", type=float, default=5.0, help="VmRSS sampling period")
     ap.add_argument("--compare", default=None,
                     help="comma-separated precisions: run every (precision, loss) "
                          "combination in its own process and print a summary")
-    ap.add_argument("--losses", default="default",
+    ap.add_argument("--losses", default="fused",
                     help="with --compare: comma-separated --loss values")
     return ap.parse_args(argv)
 
@@ -246,24 +223,6 @@ def floor_mib(params, config, args, baseline_rss_mib) -> dict:
 
 # --- one measured process -------------------------------------------------------------
 
-def build(args):
-    """(model, optimizer, strategy) as train_speed.py builds them."""
-    import train_speed
-
-    return train_speed.build_model(args)
-
-
-def make_step(trainer):
-    """Trainer.train_step as a function of (src, tgt_in, tgt) numpy ids -> loss (a float)."""
-    import tensorflow as tf
-
-    def step(src, tgt_in, tgt):
-        batch = ((tf.constant(src, tf.int32), tf.constant(tgt_in, tf.int32)),
-                 tf.constant(tgt, tf.int32))
-        return trainer.train_step(iter([batch]))["loss"]
-    return step
-
-
 def measure(args) -> dict:
     sampler = Sampler(args.sample_ms / 1000)
     sampler.start()
@@ -276,15 +235,16 @@ def measure(args) -> dict:
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     phases.track_allocator(tf)
     phases.mark("import")
-    model, optimizer, strategy = build(args)
+    import train_speed
+
+    model, optimizer, strategy = train_speed.build_model(args)
     phases.mark("model built")
     from tfxformer.trainer import Trainer
 
-    kwargs = {} if args.loss == "default" else {"fused_loss": args.loss == "fused"}
-    trainer = Trainer(model, optimizer, strategy, label_smoothing=0.1, **kwargs)
-    fused = getattr(trainer, "fused_loss", False)  # False: a tree before the fused loss
+    trainer = Trainer(model, optimizer, strategy, label_smoothing=0.1,
+                      fused_loss=args.loss == "fused")
     phases.mark("optimizer slots", optimizer_variables=len(optimizer.variables))
-    step = make_step(trainer)
+    step = train_speed.trainer_step(trainer)
     warm = bl.fixed_batches(args.warmup, args.batch_size, args.src_len, args.tgt_len,
                             args.vocab_size, seed=1)
     meas = bl.fixed_batches(args.steps, args.batch_size, args.src_len, args.tgt_len,
@@ -307,7 +267,7 @@ def measure(args) -> dict:
         "bench": "train_memory", "preset": args.preset, "vocab_size": args.vocab_size,
         "batch_size": args.batch_size, "src_len": args.src_len, "tgt_len": args.tgt_len,
         "precision": args.precision, "dtype_policy": policy,
-        "loss": "fused" if fused else "logits", "params": model.count_params(),
+        "loss": args.loss, "params": model.count_params(),
         "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                     "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
                     "sched_cpus": len(os.sched_getaffinity(0))},

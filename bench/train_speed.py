@@ -1,26 +1,19 @@
 #!/usr/bin/env python
 """Training-step throughput of tfxformer on the peers' workload (random weights).
 
-Default workload = the peers' (the peer benchmarks' RESULTS.md §2): base preset, vocabulary
-32000, 128 pairs x 32 source x 32 target tokens, every token real (the ids of the peers'
-`bench_data.fixed_batches`: warm-up batches seed 1, measured batches seed 2), label
-smoothing 0.1, Adam(0.9, 0.98, 1e-9) with the warmup-4000 schedule. The step is tfxformer's
-own: `tfxformer.trainer.Trainer.train_step` under the 1-replica MirroredStrategy of
-`tfxformer.distribute.make_strategy()`, fed an iterator of global batches
-`((source_ids, decoder_input_ids), labels)`. Each step is timed on its own (train_step
-returns Python floats, so the step has finished); figures are medians over --steps.
+The peers' workload (their RESULTS.md §2): base preset, vocabulary 32000, 128 pairs x 32/32
+real tokens (their `bench_data.fixed_batches` ids: warm-up seed 1, measured seed 2), label
+smoothing 0.1, the paper's Adam and warmup-4000 schedule. The step is
+`Trainer.train_step` under the 1-replica strategy of `make_strategy()`, each step timed on
+its own; figures are medians over --steps.
 
-  python bench/train_speed.py                                # fp32, graph mode
-  python bench/train_speed.py --peer keras-hub               # + keras-hub, same batches
-  python bench/train_speed.py --peer keras-hub --precision bf16
+  python bench/train_speed.py --peer keras-hub [--precision bf16]
   python bench/train_speed.py --peer logits-loss             # fused loss vs loss on logits
   python bench/train_speed.py --preset tiny --vocab-size 1000 --steps 3   # smoke test
 
-With --peer the two systems alternate step by step after their warm-ups, so drift on a
-shared machine hits both alike; the ratio is tfxformer's median over the peer's median.
-`--peer logits-loss` is tfxformer itself with the loss on the (B, T, V) logits
-(`Trainer(fused_loss=False)`, the step before the fused loss): a second Trainer on the same
-model and optimizer (so one model's memory), i.e. the fused loss's speed ratio.
+With --peer the two alternate step by step after their warm-ups, so a shared machine's
+drift hits both; the ratio is tfxformer's median over the peer's. `logits-loss` is a second
+Trainer (fused_loss=False) on the same model and optimizer.
 The last line printed is one JSON object.
 """
 
@@ -36,14 +29,9 @@ import flops
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", default="base")
-    ap.add_argument("--vocab-size", type=int, default=32000)
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--src-len", type=int, default=32)
-    ap.add_argument("--tgt-len", type=int, default=32)
+    bl.workload_args(ap, batch_size=128, src_len=32, tgt_len=32)
     ap.add_argument("--steps", type=int, default=10, help="measured steps")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps (tracing, XLA)")
-    ap.add_argument("--precision", choices=sorted(bl.POLICIES), default="fp32")
     ap.add_argument("--peer", choices=["keras-hub", "logits-loss"], default=None,
                     help="also run this peer on the same batches, alternating steps "
                          "(logits-loss: tfxformer with Trainer(fused_loss=False))")
@@ -67,24 +55,29 @@ def build_model(args):
     return model, optimizer, strategy
 
 
+def trainer_step(trainer):
+    """Trainer.train_step as a function of (src, tgt_in, tgt) numpy ids -> loss (a float)
+    (also bench/train_memory.py's)."""
+    import tensorflow as tf
+
+    def step(src, tgt_in, tgt):
+        batch = ((tf.constant(src, tf.int32), tf.constant(tgt_in, tf.int32)),
+                 tf.constant(tgt, tf.int32))
+        return trainer.train_step(iter([batch]))["loss"]
+    return step
+
+
 def build_steps(args):
     """(model config, parameter count, tfxformer's real train step, and the step with the
     loss on the logits (`Trainer(fused_loss=False)`) on the same model and optimizer for
     `--peer logits-loss`, else None)."""
-    import tensorflow as tf
-
     from tfxformer.trainer import Trainer
 
     model, optimizer, strategy = build_model(args)
 
     def step_of(fused):
-        trainer = Trainer(model, optimizer, strategy, label_smoothing=0.1, fused_loss=fused)
-
-        def step(src, tgt_in, tgt):
-            batch = ((tf.constant(src, tf.int32), tf.constant(tgt_in, tf.int32)),
-                     tf.constant(tgt, tf.int32))
-            return trainer.train_step(iter([batch]))["loss"]
-        return step
+        return trainer_step(Trainer(model, optimizer, strategy, label_smoothing=0.1,
+                                    fused_loss=fused))
 
     logits_step = step_of(False) if args.peer == "logits-loss" else None
     return (model.model_config.to_dict(), model.count_params(), step_of(True),
