@@ -3,24 +3,15 @@ and the paired bootstrap against the model's own output (docs/reranking.md).
 
     python bench/rerank_grid.py --model saved_models/multi30k_en_de \\
         --channel-model saved_models/multi30k_de_en --data ../shared/data/multi30k \\
-        --set val --src en --tgt de --beam-sizes 4 8 12 --work runs/rerank/en_de \\
-        | tee bench/results/reranking.log
+        --set val --src en --tgt de --beam-sizes 4 8 12 --work runs/rerank/en_de
 
-Steps, each cached in --work (rerun to add a beam size or a scorer):
-1. the n-best list of every source at beam size K (the model's beam search, its export's
-   alpha, stopping rule and limits; K hypotheses), as Moses n-best lines
-   `val.kK.nbest` (what scripts/rerank.py reads);
-2. each candidate's scores (tfxformer.rerank: forward, length, the forward model's
-   log P(y|x) raw and per token, channel log P(x|y) raw and per token, right_to_left with
-   --r2l-model, MBR with sentence BLEU and chrF), `val.kK.features.json`;
-3. the grid: corpus BLEU on the set for each weighting, in the literature's Multi30k metric
-   (tfxformer.bleu.multi30k_bleu against DATA/tok/SET.lc.norm.tok.TGT);
-4. the best weighting against the model's own output (the first candidate of the beam-4
-   list, which is what the export translates): sacreBLEU's paired bootstrap (1,000
-   resamples) over the set's sentences, the bootstrap spread of the BLEU difference, and a
-   2-fold check (weights tuned on one half of
-   the set, scored on the other) of how much of the gain the choice of weights itself
-   explains.
+Steps, each cached in --work (rerun to add a beam size or a scorer): 1. the n-best list at
+each beam size K (the export's search; Moses lines `val.kK.nbest`, as scripts/rerank.py
+reads); 2. each candidate's scores (tfxformer.rerank; right_to_left with --r2l-model),
+`val.kK.features.json`; 3. corpus BLEU for each weighting in the literature's Multi30k
+metric (tfxformer.bleu.multi30k_bleu); 4. the best weighting against the beam-4 list's first
+candidate (what the export translates): paired bootstrap (1,000 resamples), the spread of
+the difference, and a 2-fold check (weights tuned on one half, scored on the other).
 """
 
 from __future__ import annotations
@@ -240,9 +231,10 @@ def main():
     parser.add_argument("--r2l-model", help="the right-to-left model (SavedModel or run dir)")
     parser.add_argument("--data", required=True, help="folder of SET.SRC / SET.TGT and tok/")
     parser.add_argument("--set", default="val", help="the tuning set (default: val)")
-    parser.add_argument("--src", default="en")
-    parser.add_argument("--tgt", default="de")
-    parser.add_argument("--beam-sizes", type=int, nargs="+", default=[4, 8, 12])
+    parser.add_argument("--src", default="en", help="source suffix (default: en)")
+    parser.add_argument("--tgt", default="de", help="target suffix (default: de)")
+    parser.add_argument("--beam-sizes", type=int, nargs="+", default=[4, 8, 12],
+                        help="n-best list sizes K (default: 4 8 12)")
     parser.add_argument("--work", required=True, help="cache folder (n-best lists, scores)")
     parser.add_argument("--top", type=int, default=15, help="grid rows printed per beam size")
     args = parser.parse_args()

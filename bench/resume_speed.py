@@ -1,28 +1,18 @@
 """A killed training run back at work: seconds from restart to the first resumed update.
 
-On a WMT14-sized corpus (default 4.5 M pairs, made at run time by `make_corpus`, never
-committed) with the token cache on: scripts/train_wmt.py (a tiny model,
-op determinism, one log line per update) runs until `ckpt-<checkpoint_every>` is named in
-the state file and `--after` more updates are logged, then gets SIGKILL. The same
-command is run again; it resumes from that checkpoint (the model, the optimizer, the
-input position and its shuffle state) and re-reads the token cache. Timed:
-
-    seconds_to_resume   restart (process start) -> the log line of the first resumed update
-
-and `checkpoint_mib`, the size of that checkpoint's files, the input state included;
-`resume_phases` lists the resumed run's log lines with their seconds after the restart. The
-resumed run must log the same losses (4 decimals, as train.log writes them) for those
-`--after` updates as the killed run did: `batch_sequence_continues`.
+scripts/train_wmt.py (a tiny model, op determinism, the token cache on) on a WMT14-sized
+corpus made at run time (`make_corpus`, never committed) runs until `ckpt-<checkpoint_every>`
+is named in the state file and `--after` more updates are logged, then gets SIGKILL; the same
+command resumes from that checkpoint (model, optimizer, input position and shuffle state).
+Reported: `seconds_to_resume` (process start -> the first resumed update's log line),
+`checkpoint_mib`, `resume_phases` (the resumed run's log lines and their seconds), and
+`batch_sequence_continues` (the resumed run logs the killed run's losses for those updates).
 
     PYTHONPATH=$PWD taskset -c 0 python bench/resume_speed.py --pairs 4500000
+    PYTHONPATH=$PWD python bench/resume_speed.py --pairs 3000 \\
+        --vocab-size 500 --batch-tokens 1024 --shuffle-buffer 1000     # a quick check
 
-A quick check on a tiny corpus:
-
-    PYTHONPATH=$PWD taskset -c 0 python bench/resume_speed.py --pairs 3000 \\
-        --vocab-size 500 --batch-tokens 1024 --shuffle-buffer 1000
-
-Progress goes to stderr. Last line: JSON with seconds_to_resume, checkpoint_mib,
-batch_sequence_continues, the killed run's time to its checkpoint, the load average.
+Progress goes to stderr; the last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -206,9 +196,9 @@ def measure(args, work: str) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=4_500_000)
-    parser.add_argument("--vocab-size", type=int, default=37_000)
-    parser.add_argument("--batch-tokens", type=int, default=25_000)
+    parser.add_argument("--pairs", type=int, default=4_500_000, help="pairs made")
+    parser.add_argument("--vocab-size", type=int, default=37_000, help="subword vocabulary")
+    parser.add_argument("--batch-tokens", type=int, default=25_000, help="tokens a batch")
     parser.add_argument("--shuffle-buffer", type=int, default=100_000,
                         help="train_wmt.py's --shuffle-buffer (its state is in the checkpoint)")
     parser.add_argument("--checkpoint-every", type=int, default=20,

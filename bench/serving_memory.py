@@ -1,28 +1,21 @@
 #!/usr/bin/env python
 """Peak memory of a process serving a translator SavedModel, in both loaders.
 
-  python  `tf.saved_model.load` and `serving_default` (what scripts/translate.py and
-          `tfxformer.serving.load_translate_fn` do), resident MiB after each stage:
-          `import tensorflow` and the SentencePiece op library
-          (`tfxformer.serving.load_sentencepiece_ops`), the SavedModel loaded, the export's
-          warm-up records replayed, the whole set translated; and the file-backed part
-          of each (the shared libraries' pages).
-  cpp     tests/cpp/serve_saved_model.cc: the session-based C++ loader TF Serving uses
-          (`tensorflow::LoadSavedModel`, `Session::Run` per request), compiled here against
-          the installed wheel (g++); it replays the same warm-up records and requests and
-          reports its resident MiB with the runtime loaded, the SavedModel loaded, and after
-          each of the two.
+  python  `tf.saved_model.load` and `serving_default` (as scripts/translate.py), resident
+          MiB after each stage (`import tensorflow` and the SentencePiece ops, the model
+          loaded, its warm-up records replayed, the set translated) and the file-backed part.
+  cpp     tests/cpp/serve_saved_model.cc, TF Serving's session-based C++ loader
+          (`LoadSavedModel`, `Session::Run` a request), compiled here with g++ against the
+          installed wheel; the same warm-up records and requests.
 
-Both translate --set in requests of --batch-size sentences through `serving_default`, each
-in its own child process; the figure is the child's peak RSS (`wait4` rusage, ru_maxrss).
---env runs every loader once more per variant with those environment variables, e.g.
-`--env TF_ENABLE_ONEDNN_OPTS=0` (TensorFlow's oneDNN kernels and their primitive caches off).
+Each translates --set in requests of --batch-size through `serving_default` in its own
+child process; the figure is the child's peak RSS (`wait4` ru_maxrss). --env runs every
+loader once more per variant with those environment variables.
 
     PYTHONPATH=$PWD python bench/serving_memory.py --model saved_models/multi30k_en_de \
         --data ../shared/data/multi30k [--env TF_ENABLE_ONEDNN_OPTS=0]
 
-One JSON line per loader and variant: {"loader", "env", "peak_rss_mib", "stages_mib"} (and
-"file_backed_mib" for python).
+One JSON line per loader and variant.
 """
 
 from __future__ import annotations
