@@ -1,22 +1,16 @@
 #!/usr/bin/env python
 """CTranslate2 peer of decode_speed.py, built without torch (a reference run beside ours).
 
-The peers' CTranslate2 figures (their `infer_ct2.py`) come from a random Marian
-model converted with transformers + torch. This script converts the same shape from
-tfxformer: the base preset (post-LN, ReLU, sinusoidal positions, embeddings scaled by
-sqrt(d), one embedding matrix shared by source, target and the output projection, biases
-everywhere) with Keras' initial weights (seed 0) and the vocabulary "<pad> <unk> <s> </s>
-t4 .. t31999", converted by the package's exporter (tfxformer.serving.ctranslate2_export,
-as `scripts/export.py --format ctranslate2` does) in a process of the project's python
-(--tf-python), so that this one holds no TensorFlow. Then it times `translate_batch` on 64
-sources of 24 tokens (23 random + "</s>") with beam 4 and min = max decoding length 32 (no
-EOS stop), as the peers did: inter_threads 1, intra_threads 2; median of --repeats calls
-after one warm-up call.
+The peers' CT2 figures (their `infer_ct2.py`) come from a random Marian model converted with
+transformers + torch. This converts the same shape from tfxformer instead: the base preset
+with Keras' initial weights (seed 0) and the vocabulary "<pad> <unk> <s> </s> t4 ..
+t31999", by the package's exporter (as `scripts/export.py --format ctranslate2`) in a
+process of --tf-python, so that this one (`pip install ctranslate2 numpy`) holds no
+TensorFlow. Then it times `translate_batch` on 64 sources of 23 random tokens + "</s>",
+beam 4, min = max decoding length 32 (no EOS stop), inter_threads 1, intra_threads 2, as
+the peers did; median of --repeats calls after one warm-up call.
 
-Needs only `pip install ctranslate2 numpy` (a separate venv is fine; no TensorFlow) and,
-to convert the model once, the project's venv (default: .venv/bin/python):
-  python bench/ct2_peer.py --compute-type float32
-  python bench/ct2_peer.py --compute-type int8
+  python bench/ct2_peer.py --compute-type float32      # or int8
 Prints one JSON line.
 """
 
@@ -70,12 +64,16 @@ def build_in_project_venv(path, python):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--compute-type", default="float32")
-    ap.add_argument("--beams", type=int, default=4)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--src-len", type=int, default=24)
-    ap.add_argument("--decode-steps", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--compute-type", default="float32",
+                    help="CTranslate2 compute_type, e.g. float32, int8 (default: float32)")
+    ap.add_argument("--beams", type=int, default=4, help="beam size (default: 4)")
+    ap.add_argument("--batch-size", type=int, default=64, help="sources (default: 64)")
+    ap.add_argument("--src-len", type=int, default=24,
+                    help="tokens a source, </s> included (default: 24)")
+    ap.add_argument("--decode-steps", type=int, default=32,
+                    help="tokens generated a sentence (default: 32)")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="timed calls after one warm-up (default: 5)")
     ap.add_argument("--model-dir", default=None,
                     help=f"where the converted model lives (default: {MODEL_DIR})")
     ap.add_argument("--tf-python", default=os.path.join(REPO, ".venv", "bin", "python"),

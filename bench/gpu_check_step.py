@@ -80,8 +80,11 @@ def time_step(strategy, preset, vocab, precision, xla, rows, length, steps, warm
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("gpu", "cpu"), default="gpu")
-    parser.add_argument("--gpu-name", default="")
+    parser.add_argument("--mode", choices=("gpu", "cpu"), default="gpu",
+                        help="gpu: the base preset on the GPUs; cpu: a tiny dry run on 2 "
+                             "logical CPUs (default: gpu)")
+    parser.add_argument("--gpu-name", default="",
+                        help="the GPU's name (nvidia-smi), for its peak TFLOP/s and the MFU")
     args = parser.parse_args(argv)
     if args.mode == "cpu":
         split_cpu(2)  # before any op: the MirroredStrategy figure uses 2 CPU replicas
