@@ -1,30 +1,18 @@
 #!/usr/bin/env python
 """One sentence at a time: latency of translator exports side by side.
 
-`--what latency` loads every SavedModel of --models in this process, replays each one's
-warm-up records (timed: the XLA programs compile there), then translates the first
---limit sentences of --text one request at a time through `serving_default`, the models
-alternating sentence by sentence (A/B interleaved: load changes hit all alike), for
---repeats passes; per model p50 / p95 / mean ms a request, and how many translations equal
-the first model's. `--ct2 float32 int8` adds CTranslate2 on the first model's weights
-(converted by scripts/export.py --format ctranslate2), one sentence a call, in a child
-process run between the passes (it loads no TensorFlow). `--cpp` adds each model through
-TF Serving's C++ load-and-run path (tests/cpp/serve_saved_model.cc: `LoadSavedModel`, a
-`Session::Run` a request, compiled with g++ against the installed wheel by
-bench/serving_memory.py): a child process per model and pass replays the export's warm-up
-records (else the first 5 sentences), then the same sentences as PredictionLog records, one
-text each; its rows ("LABEL (C++ loader)") time `Session::Run` alone and give the child's
-peak RSS. An XLA export (`--xla-max-batch`) runs its compiled search there too (a plain
-session compiles with XLA:CPU; TF Serving needs --xla_cpu_compilation_enabled=true).
-
-`--what batch` translates the whole text in one request a pass (the translator's chunks of
-its batch size), the models alternating pass by pass: sentences/s of the median pass.
+`--what latency` loads every SavedModel of --models here, replays each one's warm-up records
+(timed: XLA programs compile there), then sends the first --limit sentences of --text one a
+request through `serving_default`, the models alternating sentence by sentence, --repeats
+passes: p50 / p95 / mean ms per model, and how many translations equal the first model's.
+`--ct2` adds CTranslate2 on the first model's weights in a child process between the passes;
+`--cpp` adds each model through TF Serving's C++ loader (tests/cpp/serve_saved_model.cc,
+built by bench/serving_memory.py), a child per model and pass timing `Session::Run` alone,
+with its peak RSS (an `--xla-max-batch` export runs its compiled search there too).
+`--what batch`: the whole text in one request a pass, sentences/s of the median pass.
 
   PYTHONPATH=$PWD python bench/lone_sentence.py --what latency \\
-      --models saved_models/multi30k_en_de NEW_EXPORT --limit 200 --repeats 2 --ct2 float32 int8 \\
-      --cpp
-  PYTHONPATH=$PWD python bench/lone_sentence.py --what batch --limit 1000 --repeats 3 \\
-      --models saved_models/multi30k_en_de NEW_EXPORT
+      --models saved_models/multi30k_en_de NEW_EXPORT --limit 200 --repeats 2 --ct2 float32 --cpp
 
 Prints one JSON line at the end.
 """
