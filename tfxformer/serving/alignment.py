@@ -203,13 +203,18 @@ def restore_markup(translator, source, texts, translations, tokenizer, target_la
     `scores`, a cell of score -inf (no hypothesis) stays ""."""
     if source.markup is None:
         return texts
-    wide = translations if translations.shape.rank == 2 else translations[:, None]
-    if alignments is None:
-        marked = tf.where(source.rows.per_row(source.markup.marked)[:, None], wide, "")
-        alignments = translator_alignments(translator, source, marked, tokenizer,
-                                           target_language)
-    else:
-        alignments = tf.reshape(alignments, tf.shape(wide))
-    links = tf.reshape(text_alignments(source, alignments, wide), tf.shape(texts))
-    restored = put_back(source.markup, texts, links)
-    return restored if scores is None else tf.where(scores > -float("inf"), restored, "")
+
+    def restored():
+        wide = translations if translations.shape.rank == 2 else translations[:, None]
+        if alignments is None:
+            marked = tf.where(source.rows.per_row(source.markup.marked)[:, None], wide, "")
+            aligned = translator_alignments(translator, source, marked, tokenizer,
+                                            target_language)
+        else:
+            aligned = tf.reshape(alignments, tf.shape(wide))
+        links = tf.reshape(text_alignments(source, aligned, wide), tf.shape(texts))
+        return put_back(source.markup, texts, links)
+
+    # a request without markup takes none of the work
+    out = tf.cond(tf.reduce_any(source.markup.marked), restored, lambda: texts)
+    return out if scores is None else tf.where(scores > -float("inf"), out, "")

@@ -115,10 +115,19 @@ def _is_space(text, offset):
 
 
 def take_out(text, placeholders=DEFAULT_PLACEHOLDERS) -> Markup:
-    """(N,) valid UTF-8 texts -> their :class:`Markup` (module docstring)."""
+    """(N,) valid UTF-8 texts -> their :class:`Markup` (module docstring). A request
+    without markup takes none of the work (a `tf.cond`): its texts as given, no item."""
     text = tf.reshape(tf.convert_to_tensor(text, tf.string), [-1])
     pattern = markup_pattern(placeholders)
     marked = tf.strings.regex_full_match(text, f"(?s).*{pattern}.*")
+    none = tf.zeros([0], tf.int32)
+    return tf.cond(tf.reduce_any(marked), lambda: _items(text, marked, pattern), lambda: Markup(
+        text, marked, tf.zeros([0], tf.string), tf.zeros([0], tf.int64), none, none, none,
+        tf.zeros([0], tf.bool), tf.zeros([0], tf.bool), tf.zeros([0], tf.bool)))
+
+
+def _items(text, marked, pattern) -> Markup:
+    """:func:`take_out` of texts of which some are `marked`."""
     clean = tf.where(marked, tf.strings.regex_replace(text, _CUT, " "), "")
     segments = tf.strings.split(tf.strings.regex_replace(clean, pattern, f"{_CUT}\\1{_CUT}"),
                                 sep=_CUT)
