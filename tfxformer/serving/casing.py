@@ -103,8 +103,12 @@ def to_model_case(texts, kinds):
     "paris"), which the model mostly copies or translates as it would the capitalised word.
     """
     texts, kinds = _check(texts, kinds)
-    cased = _upper_starts(tf.strings.lower(texts, encoding="utf-8"), _SENTENCE_START)
-    return tf.where(kinds == AS_IS, texts, cased)
+
+    def cased():
+        lowered = _upper_starts(tf.strings.lower(texts, encoding="utf-8"), _SENTENCE_START)
+        return tf.where(kinds == AS_IS, texts, lowered)
+
+    return _unless_as_is(kinds, cased, texts)
 
 
 def to_source_case(translations, kinds):
@@ -112,6 +116,17 @@ def to_source_case(translations, kinds):
     "ẞ"), TITLE ones with each word's first letter capitalised (a word: what lies between
     spaces, after any opening quotes or brackets), AS_IS ones unchanged."""
     translations, kinds = _check(translations, kinds)
-    upper = tf.strings.upper(tf.strings.regex_replace(translations, "ß", "ẞ"), encoding="utf-8")
-    title = _upper_starts(translations, _WORD_START)
-    return tf.where(kinds == UPPER, upper, tf.where(kinds == TITLE, title, translations))
+
+    def cased():
+        upper = tf.strings.upper(tf.strings.regex_replace(translations, "ß", "ẞ"),
+                                 encoding="utf-8")
+        title = _upper_starts(translations, _WORD_START)
+        return tf.where(kinds == UPPER, upper, tf.where(kinds == TITLE, title, translations))
+
+    return _unless_as_is(kinds, cased, translations)
+
+
+def _unless_as_is(kinds, cased, texts):
+    """`cased()` where a text's kind is not AS_IS, else `texts` without its work (a
+    `tf.cond`: a request in the model's case casts nothing)."""
+    return tf.cond(tf.reduce_any(kinds != AS_IS), cased, lambda: texts)
