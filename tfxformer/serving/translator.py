@@ -357,15 +357,8 @@ class Translator(tf.Module):
     def read(self, text, limits, target_language=None):
         """(N,) texts -> their :class:`tfxformer.serving.text.Source`, read by the codec
         (:meth:`tfxformer.serving.text.TextCodec.to_source`) with `limits` (N,) int32
-        tokens; in an export, one function that every signature calls
-        (:func:`tfxformer.decoding.model_calls.shared`)."""
-        def read(text, limits, *language):
-            return self.codec.to_source(text, limits, *language or (None,),
-                                        self.make_tokenizer())
-
-        language = () if target_language is None else (target_language,)
-        function = model_calls.shared(self, "read", read) or read
-        return function(text, limits, *language)
+        tokens; in an export, one function that every signature calls."""
+        return self._shared("read", self._read)(text, limits, target_language)
 
     def write(self, source, translations, target_language=None):
         """The (S,) rows' best `translations` of `source` -> the (N,) texts' translations:
@@ -373,14 +366,22 @@ class Translator(tf.Module):
         inline markup put back at the aligned words
         (:func:`tfxformer.serving.alignment.restore_markup`); in an export, one function
         that the translating signatures call."""
-        def write(source, translations, *language):
-            translations = source.rows.clean(translations, source.unknown)
-            return restore_markup(self, source, source.to_texts(translations), translations,
-                                  self.make_tokenizer(), *language or (None,))
+        return self._shared("write", self._write)(source, translations, target_language)
 
-        language = () if target_language is None else (target_language,)
-        function = model_calls.shared(self, "write", write) or write
-        return function(source, translations, *language)
+    def _read(self, text, limits, target_language):
+        return self.codec.to_source(text, limits, target_language,
+                                    tokenizer=self.make_tokenizer())
+
+    def _write(self, source, translations, target_language):
+        translations = source.rows.clean(translations, source.unknown)
+        texts = source.rows.join(translations)  # Source.to_texts of the cleaned rows
+        return restore_markup(self, source, texts, translations, self.make_tokenizer(),
+                              target_language)
+
+    def _shared(self, name, function):
+        """`function`, or while an export traces its signatures the one `tf.function` of
+        it that they all call (:func:`tfxformer.decoding.model_calls.shared`)."""
+        return model_calls.shared(self, name, function) or function
 
     def _input_limits(self, max_input_tokens, size):
         """(N,) int32 source-token limits: the export's, or lower ones asked per text."""
