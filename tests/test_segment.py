@@ -86,6 +86,29 @@ def test_quotes_brackets_and_other_scripts():
         "Quoi\u00a0?", "Il part.\u00a0Non."]
 
 
+def test_a_missing_final_period_before_an_opener_splits_english_only():
+    text = "Two dogs play in the snow A man in a red shirt rides a bike A woman sits."
+    sentences = ["Two dogs play in the snow", "A man in a red shirt rides a bike",
+                 "A woman sits."]
+    assert _split([text]) == [(sentences, ["", " ", " ", ""])]
+    _round_trip([text])
+    assert _split([text], "de") == [([text], ["", ""])]      # German: no openers
+    assert _split([text], "fr") == [([text], ["", ""])]
+
+
+@pytest.mark.parametrize("text", [
+    "He studied theology after his exams (equivalent to A levels).",  # an opener near the end
+    "A person looks out of the window on the A bus.",
+    "Spring A came",                                  # too few words on either side
+    "The class reads The Hobbit and The Lord of the Rings.",  # a capitalised word follows
+    "They took Plan A instead of plan B.",            # after a capitalised word
+    "dogs in the snow, A man rides a bike",           # after punctuation that ends nothing
+    "TWO DOGS PLAY IN THE SNOW A MAN RIDES A BIKE",   # no lowercase word before it
+])
+def test_no_boundary_before_an_opener(text):
+    assert _split([text]) == [([text], ["", ""])]
+
+
 def test_newlines_always_split_and_are_kept():
     text = "First line\nsecond line\r\n\r\nthird. fourth\u2028Fifth\n"
     assert _split([text]) == [(
@@ -170,3 +193,7 @@ def test_rules_name_the_known_languages():
         segment.split(["A. B."], abbreviations=["Mr", "."])
     with pytest.raises(ValueError, match="a list of words"):
         segment.split(["A. B."], abbreviations="Mr")
+    with pytest.raises(ValueError, match="openers: a list of words"):
+        segment.split(["a b c d A e f g"], openers="A")
+    with pytest.raises(ValueError, match="openers: words without whitespace"):
+        segment.split(["a b c d A e f g"], openers=["A", "Some one"])

@@ -24,6 +24,12 @@ or when the word before it ends a sentence and the word after it starts one:
 - starts: the word begins with an uppercase letter, a digit, an opening quote or bracket,
   or a letter of a script without case (Chinese, Arabic, ...); never a lowercase letter.
 
+A sentence without final punctuation is found in one case, with ``openers`` (English's
+rules): a capitalised opener ("A", "The", "Two", ...) between a word of lowercase letters
+and a word that begins with one, three or more words from each end of its text ("... on
+the sidewalk A man sits on a bench"), which a clean sentence does not hold ("equivalent to
+A levels", "on the A bus" are too near an end).
+
 No-break spaces (U+00A0, U+202F, U+2007) are never boundaries: they stay inside a word
 ("Nr.\\u00a05", French "Quoi\\u00a0?"). Decimal numbers ("3.5") are one word and never split.
 Invalid UTF-8 never fails: its bytes are kept as they are, and an invalid byte counts as
@@ -37,7 +43,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 __all__ = ["ABBREVIATIONS", "CLOSERS", "FINAL", "NEWLINE", "OPENERS", "ORDINAL_LANGUAGES",
-           "QUOTES", "SPACE", "STARTER", "Segments", "join", "rules", "split"]
+           "QUOTES", "SENTENCE_OPENERS", "SPACE", "STARTER", "Segments", "join", "rules",
+           "split"]
 
 # Character classes shared with :mod:`tfxformer.serving.casing` (RE2 syntax).
 QUOTES = "\"'“”‘’«»„‚‹›"
@@ -75,6 +82,16 @@ ABBREVIATIONS = {
 }
 # Languages where "3." before a capitalised word is an ordinal, not a sentence end.
 ORDINAL_LANGUAGES = frozenset({"de"})
+# Words that, capitalised after a lowercase word with no punctuation between, begin a new
+# sentence (a caption or list item whose final period is missing). English only: German
+# capitalises its nouns, and French's candidates ("Le", "La") begin names ("dans Le Monde").
+SENTENCE_OPENERS = {
+    "en": ("A", "An", "The", "This", "These", "Those", "There", "One", "Two", "Three", "Four",
+           "Five", "Six", "Seven", "Eight", "Nine", "Ten", "Several", "Some", "Many", "Most",
+           "Few", "All", "Each", "Every", "Both"),
+}
+# Words a boundary before an opener needs on each side of it, within its text.
+_OPENER_CONTEXT = 3
 
 
 def rules(language):
@@ -85,7 +102,8 @@ def rules(language):
                          f"{sorted(ABBREVIATIONS)} (or call split() with your own "
                          "abbreviations)")
     return {"abbreviations": ABBREVIATIONS[language],
-            "ordinals": language in ORDINAL_LANGUAGES}
+            "ordinals": language in ORDINAL_LANGUAGES,
+            "openers": SENTENCE_OPENERS.get(language, ())}
 
 
 class Segments(NamedTuple):
@@ -125,7 +143,23 @@ def _has(strings, pattern):
                         strings)
 
 
-def split(texts, abbreviations=(), ordinals=False):
+def _words(words, what):
+    """A full-match pattern for a list of words (`what` names the argument in errors)."""
+    if isinstance(words, (str, bytes)):
+        raise ValueError(f"{what}: a list of words, not the string {words!r}")
+    if any(not word or any(c.isspace() for c in word) for word in words):
+        raise ValueError(f"{what}: words without whitespace, got {list(words)!r}")
+    return "(?:" + "|".join(re.escape(word) for word in sorted(set(words))) + ")"
+
+
+def _ahead(values, k):
+    """values[i + k] for each i (k < 0: behind), False where that is outside `values`."""
+    size = tf.size(values)
+    padded = tf.pad(values, [[max(-k, 0), max(k, 0)]])
+    return padded[max(k, 0):max(k, 0) + size]
+
+
+def split(texts, abbreviations=(), ordinals=False, openers=()):
     """Cuts each text into its sentences, keeping what lies between them.
 
     Args:
@@ -133,6 +167,9 @@ def split(texts, abbreviations=(), ordinals=False):
         abbreviations: words after which a period does not end a sentence, e.g.
             ``rules("en")["abbreviations"]``; with or without the final period.
         ordinals: a number with a period ("3.") does not end a sentence (German).
+        openers: capitalised words that begin a sentence after a lowercase word without
+            final punctuation, given three words or more on each side within the text
+            (``rules("en")["openers"]``); none by default.
 
     Returns:
         :class:`Segments`: `sentences` (N, None) and `separators` (N, None) with one more
@@ -153,8 +190,17 @@ def split(texts, abbreviations=(), ordinals=False):
     # Interior whitespace always has a word on each side, in the same text.
     prev_ends = tf.concat([[False], ends[:-1]], 0)
     next_starts = tf.concat([starts[1:], [False]], 0)
+    boundary = prev_ends & next_starts
+    if openers:
+        # Words and whitespace alternate: the words around an interior whitespace run at
+        # p are at p - 1, p - 3, ... and p + 1, p + 3, ...
+        reach = 2 * _OPENER_CONTEXT - 1
+        boundary |= ((position >= reach) & (position + reach <= last)
+                     & _ahead(tf.strings.regex_full_match(flat, r"\p{Ll}+"), -1)
+                     & _ahead(tf.strings.regex_full_match(flat, _words(openers, "openers")), 1)
+                     & _ahead(_has(flat, r"^\p{Ll}"), 3))
     breaks = is_space & ((position == 0) | (position == last) | _has(flat, NEWLINE)
-                         | (prev_ends & next_starts))
+                         | boundary)
     prev_breaks = tf.concat([[True], breaks[:-1]], 0)
     begins = ~breaks & ((position == 0) | prev_breaks)
     started = tf.cumsum(tf.cast(begins, tf.int32))  # sentences begun up to here, all texts
