@@ -183,7 +183,7 @@ class CppLoader:
         warmup = os.path.join(path, "assets.extra", "tf_serving_warmup_requests")
         output = os.path.join(self.folder, "out.tfrecord")
         out, _ = serving_memory.run_child(
-            [self.program, self.op_library, path, output,
+            [self.program, *serving_memory.xla_flags(path), self.op_library, path, output,
              warmup if os.path.exists(warmup) else self.first5, self.requests],
             dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
         lines = [line.split() for line in out.splitlines()]

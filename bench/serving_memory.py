@@ -79,6 +79,14 @@ def write_requests(path: str, texts: list[str], batch_size: int) -> int:
     return -(-len(texts) // batch_size)
 
 
+def xla_flags(version_dir: str) -> list[str]:
+    """The C++ loader's flag an export of the compiled search needs (it runs XLA:CPU only
+    with it, as tensorflow_model_server), else none."""
+    with open(os.path.join(version_dir, "assets", "config.json"), encoding="utf-8") as f:
+        compiled = json.load(f).get("xla_max_batch", 0) > 0
+    return ["--xla_cpu_compilation_enabled=true"] if compiled else []
+
+
 def build_program(build_dir: str) -> str:
     """Compiles tests/cpp/serve_saved_model.cc once per source and TensorFlow; its path."""
     import tensorflow as tf
@@ -167,7 +175,8 @@ def main(argv=None) -> int:
         commands = {"python": [sys.executable, __file__, "--role", "python", "--model",
                                args.model, "--data", args.data, "--requests", requests]}
         if "cpp" in args.loaders:
-            commands["cpp"] = [build_program(args.build_dir), op_library(), args.model,
+            commands["cpp"] = [build_program(args.build_dir), *xla_flags(args.model),
+                               op_library(), args.model,
                                os.path.join(tmp, "out.tfrecord"), warmup, requests]
         for variant in variants:
             for loader in args.loaders:

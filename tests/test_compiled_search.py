@@ -209,7 +209,9 @@ def test_export_records_it_and_loads(xla_export):
 def test_cpp_loader_runs_the_compiled_search(program, xla_export, tmp_path):
     """TF Serving's load-and-run path (tests/cpp, test_serving_cpp.py's program) replays
     the lone-sentence warm-up records through the XLA-compiled search and answers as the
-    graph path does."""
+    graph path does, when started with --xla_cpu_compilation_enabled=true; without it (as
+    tensorflow_model_server by default) the first request fails and says XLA is disabled
+    (docs/serving.md names the flag)."""
     import subprocess
 
     from support.environment import user_env
@@ -226,8 +228,13 @@ def test_cpp_loader_runs_the_compiled_search(program, xla_export, tmp_path):
         for log in requests:
             writer.write(log.SerializeToString())
     output = str(tmp_path / "out.tfrecord")
-    result = subprocess.run([program, OP_LIBRARY, version, output, warmup], capture_output=True,
-                            timeout=600, env=user_env(TF_CPP_MIN_LOG_LEVEL="3"))
+    stock = subprocess.run([program, OP_LIBRARY, version, output, warmup], capture_output=True,
+                           timeout=600, env=user_env(TF_CPP_MIN_LOG_LEVEL="3"))
+    assert stock.returncode != 0
+    assert "XLA compilation disabled" in stock.stderr.decode(errors="replace")
+    result = subprocess.run([program, "--xla_cpu_compilation_enabled=true", OP_LIBRARY, version,
+                             output, warmup], capture_output=True, timeout=600,
+                            env=user_env(TF_CPP_MIN_LOG_LEVEL="3"))
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
     records = [r.numpy() for r in tf.data.TFRecordDataset(output)]  # name, tensor, ...
     translations = []

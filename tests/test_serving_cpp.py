@@ -2,7 +2,9 @@
 TensorFlow wheel (`libtensorflow_cc.so.2`) loads tensorflow-text's SentencePiece op library
 with `TF_LoadLibrary`, the SavedModel with `tensorflow::LoadSavedModel(..., {"serve"})`, and
 replays the warm-up records and a batch of PredictionLog requests with `Session::Run`; its
-answers must equal `tf.saved_model.load`'s. The compiled program is cached (pytest cache)
+answers must equal `tf.saved_model.load`'s. XLA:CPU is disabled in it, as in a
+tensorflow_model_server started without --xla_cpu_compilation_enabled: the default export
+serves every signature there (test_compiled_search.py runs the compiled search with the flag). The compiled program is cached (pytest cache)
 under a hash of its source and the compile flags."""
 
 import os

@@ -1,7 +1,11 @@
 // Loads a SavedModel the way TF Serving does and replays PredictionLog requests through it.
 //
-// serve_saved_model OP_LIBRARIES EXPORT_DIR OUTPUT_TFRECORD REQUESTS_TFRECORD...
+// serve_saved_model [--xla_cpu_compilation_enabled=true] OP_LIBRARIES EXPORT_DIR
+//                   OUTPUT_TFRECORD REQUESTS_TFRECORD...
 //
+// As tensorflow_model_server, XLA:CPU compilation is disabled (tensorflow::
+// DisableXlaCompilation) unless --xla_cpu_compilation_enabled=true comes first: a program
+// compiled by XLA (an export's compiled search) then fails with "XLA compilation disabled".
 // OP_LIBRARIES (tensorflow-text's op libraries an export uses, ':'-separated: its
 // SentencePiece and regex-split ops, which TF Serving links in) are loaded with TF_LoadLibrary,
 // EXPORT_DIR with tensorflow::LoadSavedModel(..., {"serve"}). Each record of each
@@ -29,6 +33,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "tensorflow/c/c_api.h"
 #include "tensorflow/cc/saved_model/loader.h"
+#include "tensorflow/compiler/jit/flags.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor.pb.h"
 #include "tensorflow/core/lib/io/record_reader.h"
@@ -123,9 +128,22 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 5) {
-    return Fail("usage: serve_saved_model OP_LIBRARIES EXPORT_DIR OUTPUT REQUESTS...");
+  const std::string xla_flag = "--xla_cpu_compilation_enabled=";
+  bool xla_enabled = false;
+  if (argc > 1 && std::string(argv[1]).rfind(xla_flag, 0) == 0) {
+    std::string value = std::string(argv[1]).substr(xla_flag.size());
+    if (value != "true" && value != "false") {
+      return Fail(xla_flag + value + ": expected true or false");
+    }
+    xla_enabled = value == "true";
+    ++argv;
+    --argc;
   }
+  if (argc < 5) {
+    return Fail("usage: serve_saved_model [--xla_cpu_compilation_enabled=true] OP_LIBRARIES "
+                "EXPORT_DIR OUTPUT REQUESTS...");
+  }
+  if (!xla_enabled) tensorflow::DisableXlaCompilation();  // tensorflow_model_server's default
   TF_Status* status = TF_NewStatus();
   std::string libraries = argv[1];
   for (size_t start = 0; start <= libraries.size();) {
