@@ -4,8 +4,9 @@ with `TF_LoadLibrary`, the SavedModel with `tensorflow::LoadSavedModel(..., {"se
 replays the warm-up records and a batch of PredictionLog requests with `Session::Run`; its
 answers must equal `tf.saved_model.load`'s. XLA:CPU is disabled in it, as in a
 tensorflow_model_server started without --xla_cpu_compilation_enabled: the default export
-serves every signature there (test_compiled_search.py runs the compiled search with the flag). The compiled program is cached (pytest cache)
-under a hash of its source and the compile flags."""
+serves every signature there (test_compiled_search.py runs the compiled search with the
+flag). The compiled program is cached (pytest cache) under a hash of its source and the
+compile flags."""
 
 import os
 import subprocess
