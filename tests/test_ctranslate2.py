@@ -238,6 +238,53 @@ def test_ctranslate2s_own_normalization_goes_through_as_it_is():
     assert options["length_penalty"] == 1.4 and not options["return_end_token"]
 
 
+class _NBestStandIn(_StandIn):
+    """A CTranslate2 Translator giving `num_hypotheses` hypotheses of each source: the
+    k-th echoes it with k pieces `extra` before its EOS, scored -(k + 1)."""
+
+    def __init__(self, extra):
+        super().__init__()
+        self.extra = extra
+
+    def translate_batch(self, sources, **options):
+        self.calls.append((sources, options))
+        results = []
+        for source in sources:
+            body = [p for p in source if p != ct2.EOS]
+            found = [body + [self.extra] * k + [ct2.EOS]
+                     for k in range(options["num_hypotheses"])]
+            result = SimpleNamespace(hypotheses=found,
+                                     scores=[-(k + 1.0) for k in range(len(found))])
+            results.append(SimpleNamespace(result=lambda result=result: result))
+        return results
+
+
+def test_nbest_reads_a_line_as_the_saved_models_translate_nbest():
+    """A line's sentences are decoded as rows, the prefix with the first; hypothesis j
+    joins the rows' j-th in the source's case, its score their sum; blank stays blank."""
+    import sentencepiece
+
+    from tfxformer.serving.nbest import Line
+
+    (extra,) = sentencepiece.SentencePieceProcessor(model_file=SPM).encode("und", out_type=str)
+    translator = _NBestStandIn(extra)
+    translate, sp = _translate_fn(translator, beam_size=2)
+    lines = ["A dog runs.  TWO CATS ARE SLEEPING!", " ", Line("A bird sings. A fish swims.",
+                                                            prefix="Ein")]
+    first, blank, steered = translate.nbest(lines)
+    assert [(h.text, h.score) for h in first] == [
+        ("A dog runs.  TWO CATS ARE SLEEPING!", -2.0),
+        ("A dog runs. und  TWO CATS ARE SLEEPING! UND", -4.0)]
+    assert [(h.text, h.score) for h in blank] == [("", 0.0)]
+    assert [h.score for h in steered] == [-2.0, -4.0]
+    prefixed = [(source, prefix) for sources, options in translator.calls
+                if "target_prefix" in options
+                for source, prefix in zip(sources, options["target_prefix"], strict=True)]
+    assert prefixed == [(sp.encode("A bird sings.", out_type=str) + [ct2.EOS],
+                         sp.encode("Ein", out_type=str))]
+    assert len(translate.nbest(lines, num_hypotheses=1)[0]) == 1
+
+
 @pytest.mark.slow
 def test_shipped_model_translates_as_its_saved_model(tmp_path, monkeypatch, capsys):
     """scripts/export.py --format ctranslate2 on the shipped EN→DE model; its first 200

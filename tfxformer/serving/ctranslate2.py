@@ -52,7 +52,7 @@ from tfxformer.locate import (  # noqa: F401
 from tfxformer.locate import CT2_MARKER_FILENAME as MARKER_FILENAME
 from tfxformer.locate import is_ctranslate2_dir, read_ctranslate2_marker
 from tfxformer.serving.nbest import Hypothesis, line_constraints, split_lines
-from tfxformer.serving.reading import ReadingOptions, translate_read
+from tfxformer.serving.reading import ReadingOptions, nbest_read, translate_read
 
 __all__ = ["MARKER_FILENAME", "QUANTIZATIONS", "Ct2NBestFn", "Ct2TranslateFn",
            "ct2_length_penalty", "is_ctranslate2_dir", "load_ct2_translate_fn",
@@ -215,10 +215,11 @@ class Ct2TranslateFn:
         """Each line's `num_hypotheses` (<= beam size; None: the beam size) best
         translations, best first, with CTranslate2's scores (its length penalty, as
         :meth:`_search` sets it), as :class:`tfxformer.serving.NBestFn` gives them; a
-        line may be a :class:`tfxformer.serving.nbest.Line` with a target prefix (its
-        pieces cut to the output limit less one; more than one hypothesis: CTranslate2's
-        `return_alternatives`). A blank line's list is "" with score 0. A sentence whose
-        hypotheses run past its own output limit is decoded again alone with that limit."""
+        line may be a :class:`tfxformer.serving.nbest.Line` with a target prefix. A line
+        is read as the SavedModel's `translate_nbest` reads a text (its sentences, their
+        case: :func:`tfxformer.serving.reading.nbest_read`, docs/robust_input.md): the
+        prefix goes with its first sentence, hypothesis j joins its sentences' j-th, the
+        score is their sum. A blank line's list is "" with score 0."""
         beam = self.options["beam_size"]
         count = beam if num_hypotheses is None else checks.integer(
             num_hypotheses, "num_hypotheses", 1, beam)
@@ -227,27 +228,39 @@ class Ct2TranslateFn:
                              "constraints with a SavedModel (scripts/export.py's default "
                              "format) or a run dir of the same model.")
         texts, prefixes = split_lines(lines)
-        sources = [self._source(line) for line in texts]
+        found = nbest_read(texts, prefixes,
+                           lambda rows, row_prefixes: self.nbest_rows(rows, row_prefixes,
+                                                                      count),
+                           self.reading, count, self._has_unknown)
+        return [[Hypothesis(text, score) for text, score in hypotheses]
+                for hypotheses in found]
+
+    def nbest_rows(self, rows, prefixes, count) -> list[list[tuple[str, float]]]:
+        """Each row's `count` best (text, score), each row one sentence as it is, with its
+        target prefix ("": none; its pieces cut to the output limit less one; more than
+        one hypothesis: CTranslate2's `return_alternatives`). A sentence whose hypotheses
+        run past its own output limit is decoded again alone with that limit."""
+        sources = [self._source(row) for row in rows]
         prefixes = [self._prefix(p, s) for p, s in zip(prefixes, sources, strict=True)]
-        outputs = [[Hypothesis("", 0.0)] for _ in sources]
+        outputs = [[("", 0.0)] for _ in sources]
         queued = []
-        for rows in self._batches(sources):
-            for steered in (False, True):  # lines without a prefix, then those with one
-                part = [i for i in rows if bool(prefixes[i]) == steered]
+        for batch in self._batches(sources):
+            for steered in (False, True):  # rows without a prefix, then those with one
+                part = [i for i in batch if bool(prefixes[i]) == steered]
                 if part:
                     search = self._nbest_options(count, [prefixes[i] for i in part], steered)
                     queued.append((part, self._search([sources[i] for i in part],
                                                       **search)))
-        for rows, (limit, results) in queued:
-            for i, result in zip(rows, results, strict=True):
+        for part, (limit, results) in queued:
+            for i, result in zip(part, results, strict=True):
                 found = self._hypotheses(result.result(), limit)
                 own = self._limit(sources[i])
                 if any(len(pieces) > own for pieces, _ in found):
                     again = self._nbest_options(count, [prefixes[i]], bool(prefixes[i]))
                     limit, (retry,) = self._search([sources[i]], own, **again)
                     found = self._hypotheses(retry.result(), limit)
-                outputs[i] = [Hypothesis(self._sp.decode([p for p in pieces if p != EOS]),
-                                         float(score)) for pieces, score in found]
+                outputs[i] = [(self._sp.decode([p for p in pieces if p != EOS]), float(score))
+                              for pieces, score in found]
         return outputs
 
     def _prefix(self, prefix, source) -> list[str]:

@@ -32,13 +32,14 @@ Shapes: N texts, S rows (sentences), K hypotheses, T piece columns.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import tensorflow as tf
 
 from tfxformer.serving import casing, segment
 
-__all__ = ["CONTROLS", "RAW", "UNKNOWN", "ReadingOptions", "Rows", "read_texts",
+__all__ = ["CONTROLS", "RAW", "UNKNOWN", "ReadingOptions", "Rows", "nbest_read", "read_texts",
            "strip_controls", "translate_read"]
 
 # C0 controls a reading replaces by a space (TAB, LF and CR are whitespace it keeps).
@@ -232,3 +233,33 @@ def translate_read(lines, translate, options: ReadingOptions, unknown=None) -> l
     joined = mapping.join(mapping.clean(tf.constant(outputs, tf.string, shape=[len(outputs)]),
                                         tf.constant(unknown_ok, tf.bool, shape=[len(sources)])))
     return [text.decode("utf-8") for text in joined.numpy()]
+
+
+def nbest_read(lines, prefixes, nbest, options: ReadingOptions, count, unknown=None):
+    """`count`-best lists of `lines` (str or UTF-8 bytes) by a Python `nbest(rows:
+    list[str], prefixes: list[str]) -> list[list[(text, score)]]` (a runtime that is no
+    export's graph, e.g. CTranslate2's), read and written back as `translate_nbest` reads
+    and writes a text (docs/robust_input.md): each line's rows decoded, a line's target
+    prefix given to its first row; hypothesis j of a line is the j-th hypotheses of its
+    rows, cleaned, cast back into their sources' case and joined with the line's own
+    separators, its score their scores' sum ("" and -inf where a row has no j-th); a
+    line without rows (blank) gets [("", 0.0)]. `unknown` as :func:`translate_read`'s."""
+    texts = [line if isinstance(line, bytes) else line.encode("utf-8") for line in lines]
+    rows, mapping = read_texts(tf.constant(texts, tf.string, shape=[len(texts)]), options)
+    sources = [row.decode("utf-8") for row in rows.numpy()]
+    first = mapping.first().numpy().tolist()
+    row_prefixes = [prefixes[text] if is_first else ""
+                    for text, is_first in zip(mapping.text_of.numpy().tolist(), first,
+                                              strict=True)]
+    found = nbest(sources, row_prefixes) if sources else []
+    shape = [len(sources), count]
+    strings = [[h[j][0] if j < len(h) else "" for j in range(count)] for h in found]
+    scores = [[h[j][1] if j < len(h) else -math.inf for j in range(count)] for h in found]
+    unknown_ok = [UNKNOWN in row or bool(unknown and unknown(row)) for row in sources]
+    joined = mapping.join(mapping.clean(tf.constant(strings, tf.string, shape=shape),
+                                        tf.constant(unknown_ok, tf.bool, shape=shape[:1])))
+    summed = mapping.sum(tf.constant(scores, tf.float64, shape=shape), 0.0)
+    return [[(text.decode("utf-8"), float(score)) for text, score in zip(
+                 line_texts, line_scores, strict=True)] if has else [("", 0.0)]
+            for line_texts, line_scores, has in zip(joined.numpy(), summed.numpy(),
+                                                     mapping.has_rows().numpy(), strict=True)]
