@@ -154,3 +154,59 @@ def test_translate_script_prints_alignments(tiny_export, spm_model):
     expected = [f"{t.decode()} ||| {a.decode()}" for t, a in zip(
         here["translations"].numpy()[:, 0], here["alignments"].numpy()[:, 0], strict=True)]
     assert stdout.split("\n")[:-1] == expected
+
+
+def _placed(translator, texts, constraints):
+    """(each row's constraints after place_phrases, each text's rows' constraints)."""
+    from tfxformer.serving.alignment import place_phrases
+    from tfxformer.serving.nbest_request import first_rows
+
+    texts = tf.constant(texts)
+    source = translator.read(texts, tf.fill(tf.shape(texts), 48))
+    constraints = tf.constant(constraints)
+    _, first, _ = first_rows(tf.size(texts), source.rows, tf.fill(tf.shape(texts), ""),
+                             constraints)
+    placed = place_phrases(translator, source, constraints, translator.make_tokenizer(), first)
+    rows = [r.decode() for r in placed.numpy()]
+    text_of = source.rows.text_of.numpy().tolist()
+    per_text = [[rows[r] for r, t in enumerate(text_of) if t == n] for n in range(len(texts))]
+    return rows, [r.decode("utf-8", "replace") for r in first.numpy()], per_text
+
+
+def test_each_constraint_goes_to_one_sentence_of_its_text(tiny_export, spm_model):
+    translator = tiny_export_translator(tiny_export, spm_model)
+    many = "\t".join(f"w{i}" for i in range(300))
+    texts = ["A dog runs. A cat sleeps. Two men play.", "One sentence.", "   ",
+             "A b. C d.", "E f. G h."]
+    constraints = ["Hund\tKatze\tMänner", "Hund", "Hund", b"\xff a\t\tb", many]
+    rows, first, per_text = _placed(translator, texts, constraints)
+    for n, expected in ((0, ["Hund", "Katze", "Männer"]), (3, ["\ufffd a", "", "b"]),
+                        (4, many.split("\t"))):
+        placed = [p for row in per_text[n] if row for p in row.split("\t")]
+        assert sorted(placed) == sorted(p for p in expected if p), n
+        for row in per_text[n]:  # each row keeps the text's order
+            phrases = [p for p in row.split("\t") if p]
+            assert phrases == [p for p in expected if p in phrases], n
+    assert per_text[1] == ["Hund"] and per_text[2] == []  # one row; no row (blank)
+    # no text of several rows (not blank) with constraints: each text's on its first row
+    rows, first, _ = _placed(translator, ["A dog runs. A cat sleeps.", "Two."], ["", "x"])
+    assert rows == first == ["", "", "x"]
+    rows, first, _ = _placed(translator, ["…\n…"], ["Hund"])  # two rows without pieces
+    assert rows == first == ["Hund", ""]
+
+
+@pytest.mark.slow  # the shipped EN->DE model: a greedy pass and a teacher-forced one
+def test_constraints_go_to_the_sentence_that_translates_them():
+    import os
+
+    from tfxformer.serving import Translator, resolve_model_dir
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    _, version = resolve_model_dir(os.path.join(root, "saved_models", "multi30k_en_de"))
+    with open(os.path.join(version, "assets", "spm.model"), "rb") as f:
+        translator = Translator(Transformer.from_preset(version), f.read(), beam_size=4)
+    _, _, per_text = _placed(
+        translator, ["A dog runs in the park. A woman sits on a bench.",
+                     "Two men are talking. A child plays with a red ball."],
+        ["Bank\tHund", "Ball\tMänner"])
+    assert per_text == [["Hund", "Bank"], ["Männer", "Ball"]]

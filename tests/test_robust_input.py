@@ -41,15 +41,15 @@ def test_raw_reading_is_the_identity_but_for_controls():
     assert mapping.join(rows) is rows
 
 
-def test_rows_sum_any_first_value_and_concat():
+def test_rows_sum_any_notes_and_concat():
     mapping = Rows(tf.constant([0, 0, 2]), tf.ragged.constant([["", " ", ""], [""], ["", ""]]),
                    None, tf.constant(3))
     assert mapping.sum(tf.constant([1.0, 2.0, 4.0]), -1.0).numpy().tolist() == [3.0, -1.0, 4.0]
     assert mapping.any(tf.constant([False, True, False])).numpy().tolist() == [True, False,
                                                                                False]
-    assert _strings(mapping.first_value(tf.constant(["a", "b", "c"]), "-")) == ["a", "-", "c"]
+    assert _strings(mapping.notes(tf.constant(["a", "b", "c"]), "-")) == ["a; b", "-", "c"]
     fills = tf.constant(["x", "y", "z"])
-    assert _strings(mapping.first_value(tf.constant(["a", "b", "c"]), fills)) == ["a", "y", "c"]
+    assert _strings(mapping.notes(tf.constant(["", "b", ""]), fills)) == ["b", "y", ""]
     values = tf.constant([[[1, 2, 0]], [[3, 0, 0]], [[4, 5, 6]]])  # (S, K=1, T)
     joined = mapping.concat(values, tf.constant([[2], [1], [3]]))
     assert joined.numpy().tolist() == [[[1, 2, 3]], [[0, 0, 0]], [[4, 5, 6]]]

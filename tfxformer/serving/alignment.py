@@ -25,15 +25,19 @@ import tensorflow as tf
 from tfxformer.decoding import model_calls
 from tfxformer.decoding.chunking import decode_in_chunks
 from tfxformer.decoding.ensemble import members
+from tfxformer.decoding.greedy import greedy_decode
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 from tfxformer.serving.markup import put_back
+from tfxformer.serving.text import CHARS_PER_TOKEN
 
 __all__ = ["DEFAULT_LAYER", "WORD_START", "align_rows", "nbest_alignments", "pharaoh",
-           "restore_markup", "text_alignments", "translator_alignments", "word_index"]
+           "place_phrases", "restore_markup", "text_alignments", "translator_alignments",
+           "word_index"]
 
 DEFAULT_LAYER = -2  # the penultimate decoder layer
 WORD_START = "▁"  # SentencePiece's marker of a piece that begins a word
 _SHIFT = 2 ** 20  # word indices below it: a word pair packed in one int64 key
+_PLACEMENT_CHUNK = 16  # rows decoded at once to place constraints: (16, T, V) logits
 
 
 def word_index(pieces, real, first=None):
@@ -218,3 +222,76 @@ def restore_markup(translator, source, texts, translations, tokenizer, target_la
     # a request without markup takes none of the work
     out = tf.cond(tf.reduce_any(source.markup.marked), restored, lambda: texts)
     return out if scores is None else tf.where(scores > -float("inf"), out, "")
+
+
+def place_phrases(translator, source, constraints, tokenizer, first_rows):
+    """(S,) the constraints of each row of `source` (phrases separated by TAB): each
+    phrase of a text's (N,) `constraints` goes to the text's row (sentence) where it fits,
+    the row whose unconstrained translation makes the phrase's pieces likeliest: each row
+    of such a text decoded greedily, then teacher-forced once (`_PLACEMENT_CHUNK` rows at
+    a time), and a phrase's fit to a row is the sum over its pieces of the piece's highest
+    log-probability at any position of that translation (an ensemble's members
+    averaged). Phrases keep their order within a row; a blank row takes none, nor does a
+    blank text's. `first_rows` (S,): what to return where no text of several rows (not
+    blank) has constraints (each text's on its first row); such a request takes none of
+    the work."""
+    rows = source.rows
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(rows.text_of), rows.text_of,
+                                          rows.texts)  # (N,) rows of each text
+    several = (counts > 1) & tf.not_equal(constraints, "")
+    decoded = tf.gather(several, rows.text_of) & ~source.blank  # (S,) the rows to decode
+
+    def placed():
+        text = tf.strings.unicode_transcode(constraints, "UTF-8", "UTF-8", errors="replace")
+        # as the request reads them: no more characters than the longest output can use
+        text = tf.strings.substr(text, 0, (translator.max_output_tokens + 1) * CHARS_PER_TOKEN,
+                                 unit="UTF8_CHAR")
+        phrases = tf.strings.split(text, sep="\t")  # (N, None)
+        text = tf.cast(phrases.value_rowids(), tf.int32)  # (Q,) each phrase's text
+        # a blank text's phrases are ignored; an empty phrase is none
+        keep = tf.where((tf.gather(counts, text) > 0) & (phrases.flat_values != ""))[:, 0]
+        text, flat = tf.gather(text, keep), tf.gather(phrases.flat_values, keep)
+        starts = tf.cumsum(counts, exclusive=True)  # a text's rows are consecutive
+        offset = tf.range(tf.maximum(tf.reduce_max(counts), 1))[None, :]
+        valid = offset < tf.gather(counts, text)[:, None]  # (Q, R) the text's rows
+        candidate = tf.where(valid, tf.gather(starts, text)[:, None] + offset, 0)
+        valid &= tf.gather(decoded, candidate)
+        wanted = tf.where(decoded)[:, 0]
+        pieces = tf.gather(source.pieces, wanted)
+        models = members(translator.model)
+
+        def best_of(chunk, _):  # (B, V) each piece's best log-probability in each row
+            ids = tf.gather(pieces, chunk).to_tensor(default_value=PAD_ID)
+            greedy = greedy_decode(models if len(models) > 1 else models[0], ids,
+                                   max_output_length=translator.max_output_tokens)
+            inputs = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID),
+                                tf.cast(greedy.ids[:, :-1], tf.int32)], axis=1)
+            steps = tf.range(tf.shape(inputs)[1])[None, :] < tf.cast(
+                greedy.lengths, tf.int32)[:, None]  # the positions of each translation
+            best = 0.0
+            for model in models:
+                memory, mask = model_calls.encode(model, ids)
+                log_probs = tf.nn.log_softmax(model_calls.decode(model, inputs, memory, mask))
+                best += tf.reduce_max(tf.where(steps[:, :, None], log_probs, -1e9), axis=1)
+            return (best / len(models),)
+
+        (best,) = decode_in_chunks(pieces.row_lengths(), _PLACEMENT_CHUNK, best_of,
+                                   (tf.float32,), ranks=[2])  # (W, V)
+        slot = tf.tensor_scatter_nd_update(  # each decoded row's place in `best` (0 else)
+            tf.zeros_like(rows.text_of), tf.cast(wanted[:, None], tf.int32),
+            tf.range(tf.size(wanted)))
+        phrase = tf.cast(tokenizer.tokenize(flat), tf.int32)  # (Q, None)
+        phrase_of = tf.cast(phrase.value_rowids(), tf.int32)  # (P,) each piece's phrase
+        slots = tf.gather(tf.gather(slot, candidate), phrase_of)  # (P, R)
+        fit = tf.gather_nd(best, tf.stack(  # each piece's best in each row of its text
+            [slots, tf.broadcast_to(phrase.flat_values[:, None], tf.shape(slots))], axis=-1))
+        score = tf.math.unsorted_segment_sum(fit, phrase_of, tf.size(flat))  # (Q, R)
+        choice = tf.argmax(tf.where(valid, score, -float("inf")), axis=1,
+                           output_type=tf.int32)
+        row = tf.gather(candidate, choice, batch_dims=1)  # (Q,) a row of the phrase's text
+        order = tf.argsort(row, stable=True)
+        return tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
+            tf.gather(flat, order), tf.gather(row, order),
+            nrows=tf.size(rows.text_of)), axis=1, separator="\t")
+
+    return tf.cond(tf.reduce_any(decoded), placed, lambda: first_rows)

@@ -22,8 +22,13 @@ from tfxformer.decoding.common import NEG_INF, rows_to_ragged
 from tfxformer.decoding.steering import Steering, flatten_constraints
 from tfxformer.ids import PAD_ID
 from tfxformer.serving import nbest_request
-from tfxformer.serving.alignment import restore_markup, text_alignments, translator_alignments
-from tfxformer.serving.inputs import input_limits, option_keys
+from tfxformer.serving.alignment import (
+    place_phrases,
+    restore_markup,
+    text_alignments,
+    translator_alignments,
+)
+from tfxformer.serving.inputs import input_limits, option_keys, per_text
 
 __all__ = ["chunk_steering", "nbest_lists", "nbest_outputs", "steered_lists", "translate_nbest"]
 
@@ -36,7 +41,7 @@ def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, toke
     `search` (:class:`tfxformer.serving.search.Search`) and written by `codec`
     (:class:`tfxformer.serving.text.TextCodec`); `k` () int32 the list length. A text's
     hypothesis j is its rows' j-th joined, its score their sum, its pieces theirs one
-    after another; its warning its first row's (`blank_warning` (N,) without rows)."""
+    after another; its warning its rows' joined (`blank_warning` (N,) without rows)."""
     active = source.decoded_rows()
     pieces, decoded = tf.gather(source.pieces, active), request.rows(active)
     columns = search.options.max_output_tokens
@@ -88,7 +93,7 @@ def nbest_outputs(search, codec, source, request, k, tokenizer, chunk_size, toke
                # (S, K) as joined (cleaned): what alignments read; the caller pops it
                "row_translations": source.rows.clean(row_translations, source.unknown),
                "scores": scores, "truncated": source.text_truncated(),
-               "warning": source.rows.first_value(request.warning, blank_warning)}
+               "warning": source.rows.notes(request.warning, blank_warning)}
     if not token_scores:
         return outputs
     ids, values = (source.restore(per_token, tf.zeros([k, columns], per_token.dtype))
@@ -258,9 +263,13 @@ def translate_nbest(translator, text, beam_size, alpha, extra_length, max_input_
     # the pieces a prefix or constraints may take: the output limit less one
     limit = tf.minimum(translator.max_output_tokens,
                        lengths + rows.options["extra_length"]) - 1
-    prefix, constraints, blank = nbest_request.first_rows(size, source.rows,
-                                                          target_prefix, constraints)
-    request = nbest_request.read_request(rows, prefix, constraints, tokenizer, limit,
+    prefix, row_constraints, blank = nbest_request.first_rows(size, source.rows,
+                                                              target_prefix, constraints)
+    if source.rows.split:  # each phrase to the sentence it fits (docs/robust_input.md)
+        row_constraints = place_phrases(
+            translator, source, per_text(constraints, size, "constraints", tf.string),
+            tokenizer, row_constraints)
+    request = nbest_request.read_request(rows, prefix, row_constraints, tokenizer, limit,
                                          source.blank, translator.reverse_target)
     outputs = nbest_outputs(translator.search, translator.codec, source, request,
                             nbest_request.width(options.count), tokenizer,

@@ -169,17 +169,16 @@ class Rows(NamedTuple):
             return flags
         return self.sum(tf.cast(flags, tf.int32), 0) > 0
 
-    def first_value(self, values, fill):
-        """(S,) row values -> (N,) each text's first row's; a text without rows `fill`
-        (a scalar, or (N,) one per text)."""
+    def notes(self, strings, fill):
+        """(S,) row notes (warnings, "" for none) -> (N,) each text's rows' notes joined
+        with "; " in row order; a text without rows `fill` (a scalar, or (N,))."""
         if not self.split:
-            return values
-        first = tf.cast(tf.where(self.first())[:, 0], tf.int32)
-        index = tf.math.unsorted_segment_max(first, tf.gather(self.text_of, first),
-                                             self.texts)  # a very negative value: no row
-        fill = tf.broadcast_to(tf.cast(fill, values.dtype), [self.texts])
-        index = tf.where(index >= 0, index, tf.size(values) + tf.range(self.texts))
-        return tf.gather(tf.concat([values, fill], axis=0), index)
+            return strings
+        keep = tf.where(tf.not_equal(strings, ""))[:, 0]
+        joined = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
+            tf.gather(strings, keep), tf.gather(self.text_of, keep), nrows=self.texts),
+            axis=1, separator="; ")
+        return tf.where(self.has_rows(), joined, fill)
 
     def concat(self, values, lengths):
         """Per-row pieces (S, K, T) with (S, K) lengths -> (N, K, T') each text's rows'

@@ -12,7 +12,7 @@ back on all S rows. A reading of the input that the output must undo (a text spl
 sentences that are joined again, a casing put back: :mod:`tfxformer.serving.reading`) keeps
 what undoing it needs in the :class:`Source` (`rows`), and undoes it where the outputs go
 back onto the texts (:meth:`Source.to_texts`, and :class:`tfxformer.serving.reading.Rows`'
-`sum`, `any`, `first_value`, `concat` for scores, flags, warnings and pieces).
+`sum`, `any`, `notes`, `concat` for scores, flags, warnings and pieces).
 
 Shapes: N texts, S rows (a text's sentences; one per text without sentence splitting),
 B rows of one chunk, L output columns.
