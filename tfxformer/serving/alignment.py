@@ -28,7 +28,8 @@ from tfxformer.decoding.ensemble import members
 from tfxformer.decoding.greedy import greedy_decode
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
 from tfxformer.serving.markup import put_back
-from tfxformer.serving.text import CHARS_PER_TOKEN
+from tfxformer.serving.reading import strip_controls
+from tfxformer.serving.text import CHARS_PER_TOKEN, sanitize_utf8
 
 __all__ = ["DEFAULT_LAYER", "WORD_START", "align_rows", "nbest_alignments", "pharaoh",
            "place_phrases", "restore_markup", "text_alignments", "translator_alignments",
@@ -236,15 +237,15 @@ def place_phrases(translator, source, constraints, tokenizer, first_rows):
     blank) has constraints (each text's on its first row); such a request takes none of
     the work."""
     rows = source.rows
-    counts = tf.math.unsorted_segment_sum(tf.ones_like(rows.text_of), rows.text_of,
-                                          rows.texts)  # (N,) rows of each text
+    counts = rows.counts()  # (N,) rows of each text
     several = (counts > 1) & tf.not_equal(constraints, "")
     decoded = tf.gather(several, rows.text_of) & ~source.blank  # (S,) the rows to decode
 
     def placed():
-        text = tf.strings.unicode_transcode(constraints, "UTF-8", "UTF-8", errors="replace")
-        # as the request reads them: no more characters than the longest output can use
-        text = tf.strings.substr(text, 0, (translator.max_output_tokens + 1) * CHARS_PER_TOKEN,
+        # read as the request reads them (nbest_request.constraint_phrases), cut to what
+        # the longest output can use
+        text = tf.strings.substr(strip_controls(sanitize_utf8(constraints)), 0,
+                                 (translator.max_output_tokens + 1) * CHARS_PER_TOKEN,
                                  unit="UTF8_CHAR")
         phrases = tf.strings.split(text, sep="\t")  # (N, None)
         text = tf.cast(phrases.value_rowids(), tf.int32)  # (Q,) each phrase's text
@@ -262,8 +263,7 @@ def place_phrases(translator, source, constraints, tokenizer, first_rows):
 
         def best_of(chunk, _):  # (B, V) each piece's best log-probability in each row
             ids = tf.gather(pieces, chunk).to_tensor(default_value=PAD_ID)
-            greedy = greedy_decode(models if len(models) > 1 else models[0], ids,
-                                   max_output_length=translator.max_output_tokens)
+            greedy = greedy_decode(models, ids, max_output_length=translator.max_output_tokens)
             inputs = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID),
                                 tf.cast(greedy.ids[:, :-1], tf.int32)], axis=1)
             steps = tf.range(tf.shape(inputs)[1])[None, :] < tf.cast(

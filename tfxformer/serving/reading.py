@@ -112,11 +112,14 @@ class Rows(NamedTuple):
         previous = tf.concat([[-1], self.text_of[:-1]], axis=0)
         return tf.not_equal(self.text_of, previous)
 
+    def counts(self):
+        """(N,) int32 each text's rows."""
+        return tf.math.unsorted_segment_sum(tf.ones_like(self.text_of), self.text_of,
+                                            self.texts)
+
     def has_rows(self):
         """(N,) bool: the text has a row (a text of only whitespace has none)."""
-        counts = tf.math.unsorted_segment_sum(tf.ones_like(self.text_of), self.text_of,
-                                              self.texts)
-        return counts > 0
+        return self.counts() > 0
 
     def clean(self, strings, unknown_ok):
         """Row outputs (S, ...) strings without C0 controls and, where `unknown_ok` (S,)
@@ -218,20 +221,31 @@ def read_texts(text, options: ReadingOptions):
     return rows, Rows(text_of, separators, kinds, size)
 
 
+def _read_lines(lines, options: ReadingOptions):
+    """(each row's source as str, the :class:`Rows`) of `lines` (str or UTF-8 bytes)."""
+    texts = [line if isinstance(line, bytes) else line.encode("utf-8") for line in lines]
+    rows, mapping = read_texts(tf.constant(texts, tf.string, shape=[len(texts)]), options)
+    return [row.decode("utf-8") for row in rows.numpy()], mapping
+
+
+def _write_lines(mapping, outputs, shape, sources, unknown):
+    """The rows' `outputs` (lists of str, `shape` (S,) or (S, K)) cleaned, cast back into
+    their sources' case and joined into the lines' (N,) or (N, K) numpy byte strings."""
+    unknown_ok = [UNKNOWN in row or bool(unknown and unknown(row)) for row in sources]
+    return mapping.join(mapping.clean(tf.constant(outputs, tf.string, shape=shape),
+                                      tf.constant(unknown_ok, tf.bool, shape=shape[:1]))).numpy()
+
+
 def translate_read(lines, translate, options: ReadingOptions, unknown=None) -> list[str]:
     """`lines` (str or UTF-8 bytes) translated by a Python `translate(rows: list[str]) ->
     list[str]` (a translator that is no export's graph, e.g. CTranslate2's), read and
     written back as an export's signatures do, by the same TensorFlow functions run
     eagerly: each line's rows (:func:`read_texts`) translated, cleaned, joined. `unknown`
     (str -> bool): a row's source holds an unknown piece (None: never; "⁇" counts)."""
-    texts = [line if isinstance(line, bytes) else line.encode("utf-8") for line in lines]
-    rows, mapping = read_texts(tf.constant(texts, tf.string, shape=[len(texts)]), options)
-    sources = [row.decode("utf-8") for row in rows.numpy()]
-    outputs = translate(sources)
-    unknown_ok = [UNKNOWN in row or bool(unknown and unknown(row)) for row in sources]
-    joined = mapping.join(mapping.clean(tf.constant(outputs, tf.string, shape=[len(outputs)]),
-                                        tf.constant(unknown_ok, tf.bool, shape=[len(sources)])))
-    return [text.decode("utf-8") for text in joined.numpy()]
+    sources, mapping = _read_lines(lines, options)
+    return [text.decode("utf-8")
+            for text in _write_lines(mapping, translate(sources), [len(sources)], sources,
+                                     unknown)]
 
 
 def nbest_read(lines, prefixes, nbest, options: ReadingOptions, count, unknown=None):
@@ -243,22 +257,16 @@ def nbest_read(lines, prefixes, nbest, options: ReadingOptions, count, unknown=N
     rows, cleaned, cast back into their sources' case and joined with the line's own
     separators, its score their scores' sum ("" and -inf where a row has no j-th); a
     line without rows (blank) gets [("", 0.0)]. `unknown` as :func:`translate_read`'s."""
-    texts = [line if isinstance(line, bytes) else line.encode("utf-8") for line in lines]
-    rows, mapping = read_texts(tf.constant(texts, tf.string, shape=[len(texts)]), options)
-    sources = [row.decode("utf-8") for row in rows.numpy()]
-    first = mapping.first().numpy().tolist()
-    row_prefixes = [prefixes[text] if is_first else ""
-                    for text, is_first in zip(mapping.text_of.numpy().tolist(), first,
-                                              strict=True)]
+    sources, mapping = _read_lines(lines, options)
+    row_prefixes = [prefixes[text] if is_first else "" for text, is_first in zip(
+        mapping.text_of.numpy().tolist(), mapping.first().numpy().tolist(), strict=True)]
     found = nbest(sources, row_prefixes) if sources else []
-    shape = [len(sources), count]
     strings = [[h[j][0] if j < len(h) else "" for j in range(count)] for h in found]
     scores = [[h[j][1] if j < len(h) else -math.inf for j in range(count)] for h in found]
-    unknown_ok = [UNKNOWN in row or bool(unknown and unknown(row)) for row in sources]
-    joined = mapping.join(mapping.clean(tf.constant(strings, tf.string, shape=shape),
-                                        tf.constant(unknown_ok, tf.bool, shape=shape[:1])))
+    shape = [len(sources), count]
+    joined = _write_lines(mapping, strings, shape, sources, unknown)
     summed = mapping.sum(tf.constant(scores, tf.float64, shape=shape), 0.0)
     return [[(text.decode("utf-8"), float(score)) for text, score in zip(
                  line_texts, line_scores, strict=True)] if has else [("", 0.0)]
-            for line_texts, line_scores, has in zip(joined.numpy(), summed.numpy(),
+            for line_texts, line_scores, has in zip(joined, summed.numpy(),
                                                      mapping.has_rows().numpy(), strict=True)]
