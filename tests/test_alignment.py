@@ -191,8 +191,10 @@ def test_each_constraint_goes_to_one_sentence_of_its_text(tiny_export, spm_model
     # no text of several rows (not blank) with constraints: each text's on its first row
     rows, first, _ = _placed(translator, ["A dog runs. A cat sleeps.", "Two."], ["", "x"])
     assert rows == first == ["", "", "x"]
-    rows, first, _ = _placed(translator, ["…\n…"], ["Hund"])  # two rows without pieces
-    assert rows == first == ["Hund", ""]
+    # two identical rows fit a phrase alike: it goes to one of them (which one, float
+    # rounding of the batch's rows decides)
+    rows, first, _ = _placed(translator, ["…\n…"], ["Hund"])
+    assert sorted(rows) == ["", "Hund"] and first == ["Hund", ""]
 
 
 @pytest.mark.slow  # the shipped EN->DE model: a greedy pass and a teacher-forced one

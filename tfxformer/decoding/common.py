@@ -139,7 +139,7 @@ def rows_to_ragged(tensor, lengths):
     fraction of its graph ops (one mask, no validation)."""
     lengths = tf.cast(lengths, tf.int64)
     real = tf.range(tf.shape(tensor, out_type=tf.int64)[1])[None, :] < lengths[:, None]
-    return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(tensor, real), lengths,
+    return tf.RaggedTensor.from_row_lengths(tf.gather_nd(tensor, tf.where(real)), lengths,
                                             validate=False)
 
 

@@ -27,6 +27,7 @@ from tfxformer.decoding.chunking import decode_in_chunks
 from tfxformer.decoding.ensemble import members
 from tfxformer.decoding.greedy import greedy_decode
 from tfxformer.ids import BOS_ID, EOS_ID, PAD_ID
+from tfxformer.serving import flat_rows
 from tfxformer.serving.markup import put_back
 from tfxformer.serving.reading import strip_controls
 from tfxformer.serving.text import CHARS_PER_TOKEN, sanitize_utf8
@@ -62,9 +63,7 @@ def pharaoh(source_words, target_words, real):
     key = tf.sort(tf.unique((at[:, 0] * _SHIFT + i) * _SHIFT + j).y)
     rows, i, j = key // _SHIFT ** 2, key // _SHIFT % _SHIFT, key % _SHIFT
     pairs = tf.strings.join([tf.strings.as_string(i), "-", tf.strings.as_string(j)])
-    pairs = tf.RaggedTensor.from_value_rowids(pairs, rows, nrows=tf.cast(
-        tf.shape(real)[0], tf.int64))
-    return tf.strings.reduce_join(pairs, axis=1, separator=" ")
+    return flat_rows.join_rows(pairs, rows, tf.shape(real)[0], separator=" ")
 
 
 def _cross_attention(model, source_ids, decoder_inputs, layer):
@@ -110,7 +109,7 @@ def nbest_alignments(model, codec, source, translations, tokenizer, chunk_size,
     `source_first` (N,) int32: each text's pieces before its first word (None: none)."""
     shape = tf.shape(translations)
     flat = tf.reshape(translations, [-1])
-    text_row = tf.repeat(tf.range(shape[0]), shape[1])
+    text_row = flat_rows.repeat_each(tf.range(shape[0]), shape[1])
     keep = tf.where(tf.not_equal(flat, "") & ~tf.gather(source.blank, text_row))[:, 0]
     rows = tf.gather(text_row, keep)
     targets, _ = codec.to_target(tf.gather(flat, keep), max_output_tokens, tokenizer)
@@ -127,7 +126,7 @@ def nbest_alignments(model, codec, source, translations, tokenizer, chunk_size,
     out = tf.tensor_scatter_nd_update(tf.fill([tf.size(flat)], ""), keep[:, None], aligned)
     # Every link names a word of either side: read back into pieces, a text may show a
     # word start its whitespace does not make (a lone "▁" piece), pointing past its end.
-    target_words = tf.cast(tf.strings.split(flat).row_lengths(), tf.int32)
+    target_words = flat_rows.word_counts(flat)
     source_words = None if source.row_words is None else tf.gather(source.row_words, text_row)
     return tf.reshape(_within(out, source_words, target_words), shape)
 
@@ -139,10 +138,8 @@ def _within(alignments, source_words, target_words):
     kept = j < tf.gather(target_words, cell)
     if source_words is not None:
         kept &= i < tf.gather(source_words, cell)
-    links = tf.RaggedTensor.from_value_rowids(tf.boolean_mask(pairs.values, kept),
-                                              tf.boolean_mask(cell, kept),
-                                              nrows=tf.size(alignments, out_type=tf.int64))
-    return tf.strings.reduce_join(links, axis=1, separator=" ")
+    return flat_rows.join_rows(flat_rows.masked(pairs.values, kept),
+                               flat_rows.masked(cell, kept), tf.size(alignments), separator=" ")
 
 
 def _links(alignments):
@@ -151,7 +148,7 @@ def _links(alignments):
     pairs = tf.strings.split(tf.reshape(alignments, [-1]))
     i = tf.strings.to_number(tf.strings.regex_replace(pairs.values, "-.*", ""), tf.int32)
     j = tf.strings.to_number(tf.strings.regex_replace(pairs.values, ".*-", ""), tf.int32)
-    return pairs, pairs.value_rowids(), i, j
+    return pairs, flat_rows.row_ids(pairs.row_splits), i, j
 
 
 def translator_alignments(translator, source, translations, tokenizer, target_language=None):
@@ -181,10 +178,10 @@ def text_alignments(source, alignments, translations):
         total = tf.cumsum(counts, axis=0, exclusive=True)
         return total - tf.gather(total, start)
 
-    words = tf.reshape(tf.strings.split(tf.reshape(translations, [-1])).row_lengths(), shape)
+    words = tf.reshape(flat_rows.word_counts(tf.reshape(translations, [-1])), shape)
     source_words = tf.broadcast_to(source.row_words[:, None], shape)
     shift_i = tf.reshape(before(source_words), [-1])
-    shift_j = tf.reshape(before(tf.cast(words, tf.int32)), [-1])
+    shift_j = tf.reshape(before(words), [-1])
     pairs, cell, i, j = _links(alignments)  # (S·K, None) links
     links = tf.strings.join([tf.strings.as_string(i + tf.gather(shift_i, cell)), "-",
                              tf.strings.as_string(j + tf.gather(shift_j, cell))])
@@ -192,9 +189,8 @@ def text_alignments(source, alignments, translations):
     group = tf.gather(rows.text_of, cell // tf.cast(shape[1], tf.int64)) * shape[1] + \
         tf.cast(cell % tf.cast(shape[1], tf.int64), tf.int32)
     order = tf.argsort(group, stable=True)
-    joined = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
-        tf.gather(links, order), tf.cast(tf.gather(group, order), tf.int64),
-        tf.cast(rows.texts * shape[1], tf.int64)), axis=1, separator=" ")
+    joined = flat_rows.join_rows(tf.gather(links, order), tf.gather(group, order),
+                                 rows.texts * shape[1], separator=" ")
     return tf.reshape(joined, [rows.texts, shape[1]])
 
 
@@ -248,7 +244,7 @@ def place_phrases(translator, source, constraints, tokenizer, first_rows):
                                  (translator.max_output_tokens + 1) * CHARS_PER_TOKEN,
                                  unit="UTF8_CHAR")
         phrases = tf.strings.split(text, sep="\t")  # (N, None)
-        text = tf.cast(phrases.value_rowids(), tf.int32)  # (Q,) each phrase's text
+        text = flat_rows.row_ids(tf.cast(phrases.row_splits, tf.int32))  # (Q,) each phrase's text
         # a blank text's phrases are ignored; an empty phrase is none
         keep = tf.where((tf.gather(counts, text) > 0) & (phrases.flat_values != ""))[:, 0]
         text, flat = tf.gather(text, keep), tf.gather(phrases.flat_values, keep)
@@ -281,7 +277,7 @@ def place_phrases(translator, source, constraints, tokenizer, first_rows):
             tf.zeros_like(rows.text_of), tf.cast(wanted[:, None], tf.int32),
             tf.range(tf.size(wanted)))
         phrase = tf.cast(tokenizer.tokenize(flat), tf.int32)  # (Q, None)
-        phrase_of = tf.cast(phrase.value_rowids(), tf.int32)  # (P,) each piece's phrase
+        phrase_of = flat_rows.row_ids(tf.cast(phrase.row_splits, tf.int32))  # (P,) its phrase
         slots = tf.gather(tf.gather(slot, candidate), phrase_of)  # (P, R)
         fit = tf.gather_nd(best, tf.stack(  # each piece's best in each row of its text
             [slots, tf.broadcast_to(phrase.flat_values[:, None], tf.shape(slots))], axis=-1))
@@ -290,8 +286,7 @@ def place_phrases(translator, source, constraints, tokenizer, first_rows):
                            output_type=tf.int32)
         row = tf.gather(candidate, choice, batch_dims=1)  # (Q,) a row of the phrase's text
         order = tf.argsort(row, stable=True)
-        return tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
-            tf.gather(flat, order), tf.gather(row, order),
-            nrows=tf.size(rows.text_of)), axis=1, separator="\t")
+        return flat_rows.join_rows(tf.gather(flat, order), tf.gather(row, order),
+                                   tf.size(rows.text_of), separator="\t")
 
     return tf.cond(tf.reduce_any(decoded), placed, lambda: first_rows)

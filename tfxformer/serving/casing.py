@@ -30,9 +30,9 @@ text that is converted has it replaced by U+FFFD.
 """
 
 import tensorflow as tf
-import tensorflow_text as tf_text
 
-from tfxformer.serving.segment import CLOSERS, FINAL, NEWLINE, OPENERS, SPACE
+from tfxformer.serving import flat_rows
+from tfxformer.serving.segment import CLOSERS, FINAL, NEWLINE, OPENERS, SPACE, regex_pieces
 
 __all__ = ["AS_IS", "KINDS", "TITLE", "UPPER", "classify", "to_model_case", "to_source_case"]
 
@@ -74,12 +74,12 @@ def classify(texts):
 def _upper_starts(texts, start):
     """`texts` with each match of `start` (matched after a "\\n" put before each text)
     upper-cased; the rest unchanged."""
-    pieces = tf_text.regex_split("\n" + tf.convert_to_tensor(texts, tf.string), start, start)
+    texts = tf.convert_to_tensor(texts, tf.string)
+    pieces, splits = regex_pieces("\n" + texts, start, start)
     # Only kept delimiters match in full: a piece between matches holds none.
-    upper = tf.strings.regex_full_match(pieces.flat_values, start)
-    flat = tf.where(upper, tf.strings.upper(pieces.flat_values, encoding="utf-8"),
-                    pieces.flat_values)
-    joined = tf.strings.reduce_join(pieces.with_flat_values(flat), axis=1)
+    upper = tf.strings.regex_full_match(pieces, start)
+    flat = tf.where(upper, tf.strings.upper(pieces, encoding="utf-8"), pieces)
+    joined = flat_rows.join_rows(flat, flat_rows.row_ids(splits), tf.size(texts))
     length = tf.strings.length(joined)
     return tf.strings.substr(joined, tf.ones_like(length), length - 1)
 

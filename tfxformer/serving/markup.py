@@ -28,6 +28,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from tfxformer.serving import flat_rows
+
 __all__ = ["DEFAULT_PLACEHOLDERS", "Markup", "markup_pattern", "put_back", "take_out",
            "widen"]
 
@@ -131,23 +133,21 @@ def _items(text, marked, pattern) -> Markup:
     clean = tf.where(marked, tf.strings.regex_replace(text, _CUT, " "), "")
     segments = tf.strings.split(tf.strings.regex_replace(clean, pattern, f"{_CUT}\\1{_CUT}"),
                                 sep=_CUT)
-    seg_rows = segments.value_rowids()
-    local = tf.range(tf.size(segments.values, tf.int64)) - tf.gather(segments.row_starts(),
-                                                                     seg_rows)
+    row_starts = segments.row_splits[:-1]
+    seg_rows = flat_rows.row_ids(segments.row_splits)
+    local = tf.range(tf.size(segments.values, tf.int64)) - tf.gather(row_starts, seg_rows)
     odd = tf.equal(local % 2, 1)
-    texts = tf.RaggedTensor.from_value_rowids(tf.where(odd, "", segments.values), seg_rows,
-                                              tf.size(text, tf.int64))
-    plain = tf.strings.reduce_join(texts, axis=1)
+    plain = flat_rows.join_rows(tf.where(odd, "", segments.values), seg_rows, tf.size(text))
     # each item's byte offset in `plain`: the text segments before it in its row
     before = tf.cumsum(tf.where(odd, 0, tf.strings.length(segments.values)), exclusive=True)
-    row_base = tf.gather(tf.concat([before, [0]], 0), segments.row_starts())
+    row_base = tf.gather(tf.concat([before, [0]], 0), row_starts)
     index = tf.where(odd)[:, 0]
     items, rows = tf.gather(segments.values, index), tf.gather(seg_rows, index)
     offset = tf.gather(before, index) - tf.gather(row_base, rows)
     row_plain = tf.gather(plain, rows)
     prefix = tf.strings.substr(row_plain, tf.zeros_like(offset), offset)
-    words_before = tf.cast(tf.strings.split(prefix).row_lengths(), tf.int32)
-    words = tf.cast(tf.gather(tf.strings.split(plain).row_lengths(), rows), tf.int32)
+    words_before = flat_rows.word_counts(prefix)
+    words = tf.gather(flat_rows.word_counts(plain), rows)
     glue_left = (offset > 0) & ~_is_space(row_plain, offset - 1)
     glue_right = (offset < tf.strings.length(row_plain)) & ~_is_space(row_plain, offset)
     tag = tf.strings.regex_full_match(items, r"(?s)<[A-Za-z_:/].*") & \
@@ -187,7 +187,7 @@ def _gaps(markup, alignments, target_words):
     never left of an earlier item's."""
     i, j = _pairs(alignments)
     i, j = tf.gather(i, markup.rows), tf.gather(j, markup.rows)  # each item's row's pairs
-    item = i.value_rowids()
+    item = flat_rows.row_ids(i.row_splits)
     m = tf.size(markup.rows)
     first, last = tf.gather(markup.first, item), tf.gather(markup.last, item)
     i, j = i.values, j.values
@@ -211,7 +211,8 @@ def _gaps(markup, alignments, target_words):
     gap = tf.where(end > 0, tf.where(markup.after, end, start), outside)
     # never left of an earlier item of the text: the items keep their order
     dense = tf.RaggedTensor.from_value_rowids(gap, markup.rows, tf.size(target_words,
-                                                                        tf.int64))
+                                                                        tf.int64),
+                                              validate=False)
     table = dense.to_tensor(-1)
     width = tf.shape(table)[1]
     earlier = tf.range(width)[None, :] <= tf.range(width)[:, None]  # (item, earlier item)
@@ -224,11 +225,11 @@ def widen(markup: Markup, k) -> Markup:
     hypotheses)."""
     m = tf.size(markup.rows, tf.int64)
     k = tf.cast(k, tf.int64)
-    item = tf.repeat(tf.range(m), k)
+    item = flat_rows.repeat_each(tf.range(m), k)
     rows = tf.gather(markup.rows, item) * k + tf.tile(tf.range(k), [m])
     order = tf.gather(item, tf.argsort(rows * (m + 1) + item))
     rows = tf.sort(rows)
-    per_text = [tf.repeat(value, k) for value in markup[:2]]
+    per_text = [flat_rows.repeat_each(value, k) for value in markup[:2]]
     return Markup(*per_text, tf.gather(markup.items, order), rows,
                   *(tf.gather(value, order) for value in markup[4:10]))
 
@@ -245,8 +246,8 @@ def put_back(markup: Markup, translations, alignments):
     words = tf.strings.split(translations)
     n = tf.size(translations, tf.int64)
     gaps = tf.cast(_gaps(markup, alignments, words.row_lengths()), tf.int64)
-    word_rows = words.value_rowids()
-    word_pos = tf.range(tf.size(words.values, tf.int64)) - tf.gather(words.row_starts(),
+    word_rows = flat_rows.row_ids(words.row_splits)
+    word_pos = tf.range(tf.size(words.values, tf.int64)) - tf.gather(words.row_splits[:-1],
                                                                      word_rows)
     item_pos = tf.range(tf.size(markup.rows, tf.int64))
     key = tf.concat([(word_rows * _SHIFT + 2 * word_pos + 1) * _SHIFT,
@@ -260,6 +261,5 @@ def put_back(markup: Markup, translations, alignments):
     starts_row = tf.concat([[True], tf.not_equal(rows[1:], rows[:-1])], 0)[:tf.size(rows)]
     glued = starts_row | left | tf.concat([[True], right[:-1]], 0)[:tf.size(rows)]
     spaced = tf.strings.join([tf.where(glued, "", " "), pieces])
-    rebuilt = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(spaced, rows, n),
-                                     axis=1)
+    rebuilt = flat_rows.join_rows(spaced, rows, n)
     return tf.where(markup.marked, rebuilt, translations)

@@ -21,7 +21,7 @@ from tfxformer.decoding.chunking import decode_in_chunks
 from tfxformer.decoding.common import NEG_INF, rows_to_ragged
 from tfxformer.decoding.steering import Steering, flatten_constraints
 from tfxformer.ids import PAD_ID
-from tfxformer.serving import nbest_request
+from tfxformer.serving import flat_rows, nbest_request
 from tfxformer.serving.alignment import (
     place_phrases,
     restore_markup,
@@ -196,7 +196,7 @@ def steered_lists(search, first_pieces, source, steering, count, k, detokenize,
     cells = n * k + tf.size(texts)
     index = tf.fill([batch, k], cells)
     index = tf.tensor_scatter_nd_update(
-        index, tf.stack([tf.repeat(plain, k), tf.tile(tf.range(k), [n])], axis=1),
+        index, tf.stack([flat_rows.repeat_each(plain, k), tf.tile(tf.range(k), [n])], axis=1),
         tf.range(n * k))
     index = tf.tensor_scatter_nd_update(index, tf.stack([texts, pairs[:, 1]], axis=1),
                                         n * k + tf.range(tf.size(texts)))

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from tfxformer.serving import flat_rows
 from tfxformer.serving.inputs import checked, example_options, per_text
 from tfxformer.serving.reading import strip_controls
 from tfxformer.serving.text import CHARS_PER_TOKEN, sanitize_utf8
@@ -154,7 +155,7 @@ def prefixes(target_prefix, size, tokenizer, limit, blank, reverse_target):
     ignored = has & (blank | reverse_target)
     lengths = prefix.row_lengths()
     prefix = tf.RaggedTensor.from_row_lengths(
-        tf.boolean_mask(prefix.values, tf.repeat(~ignored, lengths)),
+        flat_rows.masked(prefix.values, flat_rows.repeat(~ignored, lengths)),
         tf.where(ignored, tf.zeros_like(lengths), lengths), validate=False)
     notes = [(cut & ~ignored, tf.strings.join(["target_prefix cut to ",
                                                tf.strings.as_string(limit),
@@ -179,7 +180,7 @@ def constraint_phrases(constraints, size, tokenizer, limit, blank, reverse_targe
         phrases = reversed_phrases(phrases)
     has = phrases.row_lengths() > 0
     ignored = has & blank
-    phrases = keep_items(phrases, tf.repeat(~ignored, phrases.row_lengths()))
+    phrases = keep_items(phrases, flat_rows.repeat(~ignored, phrases.row_lengths()))
     pieces = row_sums(phrases.values.row_lengths(), phrases.row_splits)
     notes = [(cut & ~ignored, tf.strings.join([
                  "constraints cut to ", tf.strings.as_string(pieces), " pieces (the output "
@@ -225,8 +226,7 @@ def constraint_pieces(tokenizer, constraints, limit):
     # Flat over the N·P phrases (a ragged reduce or boolean mask adds scores of ops).
     sizes = tf.cast(pieces.values.row_lengths(), tf.int32)  # pieces per phrase
     splits = phrases.row_splits
-    text_of = tf.repeat(tf.range(tf.size(splits, out_type=splits.dtype) - 1),
-                        splits[1:] - splits[:-1])  # (N·P,) each phrase's text
+    text_of = flat_rows.row_ids(splits)  # (N·P,) each phrase's text
     ends = tf.cumsum(sizes)
     before = tf.gather(tf.concat([[0], ends], axis=0), splits[:-1])  # (N,) earlier texts'
     running = ends - tf.gather(before, text_of)  # pieces of the text's phrases so far
@@ -256,5 +256,5 @@ def reversed_phrases(phrases):
     """(N, None, None) ragged phrases with each phrase's pieces in reverse order."""
     inner = phrases.values
     lengths, starts = inner.row_lengths(), inner.row_starts()
-    index = tf.repeat(starts + lengths - 1, lengths) - tf.ragged.range(lengths).flat_values
+    index = flat_rows.repeat(starts + lengths - 1, lengths) - tf.ragged.range(lengths).flat_values
     return phrases.with_values(inner.with_flat_values(tf.gather(inner.flat_values, index)))

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from tfxformer.serving import casing, segment
+from tfxformer.serving import casing, flat_rows, segment
 
 __all__ = ["CONTROLS", "RAW", "UNKNOWN", "ReadingOptions", "Rows", "nbest_read", "read_texts",
            "strip_controls", "translate_read"]
@@ -150,7 +150,7 @@ class Rows(NamedTuple):
         index = (tf.range(k)[:, None] * self.texts + self.text_of[None, :])  # (K, S)
         sentences = tf.RaggedTensor.from_value_rowids(
             tf.reshape(tf.transpose(matrix), [-1]), tf.reshape(index, [-1]),
-            nrows=k * self.texts)
+            nrows=k * self.texts, validate=False)
         separators = tf.gather(self.separators, tf.tile(tf.range(self.texts), [k]))
         texts = tf.transpose(tf.reshape(segment.join(sentences, separators), [k, -1]))
         texts = tf.where(self.has_rows()[:, None], texts, fill)
@@ -178,9 +178,8 @@ class Rows(NamedTuple):
         if not self.split:
             return strings
         keep = tf.where(tf.not_equal(strings, ""))[:, 0]
-        joined = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
-            tf.gather(strings, keep), tf.gather(self.text_of, keep), nrows=self.texts),
-            axis=1, separator="; ")
+        joined = flat_rows.join_rows(tf.gather(strings, keep), tf.gather(self.text_of, keep),
+                                     self.texts, separator="; ")
         return tf.where(self.has_rows(), joined, fill)
 
     def concat(self, values, lengths):
@@ -195,7 +194,7 @@ class Rows(NamedTuple):
             tf.reshape(by_column, [-1, tf.shape(values)[2]]), lengths=used)  # (K·S, None)
         text = tf.reshape(tf.range(k)[:, None] * self.texts + self.text_of[None, :], [-1])
         per_text = tf.math.unsorted_segment_sum(used, text, k * self.texts)
-        flat = tf.RaggedTensor.from_row_lengths(ragged.flat_values, per_text)
+        flat = tf.RaggedTensor.from_row_lengths(ragged.flat_values, per_text, validate=False)
         dense = tf.reshape(flat.to_tensor(), [k, self.texts, -1])
         return tf.transpose(dense, [1, 0, 2])
 
@@ -210,7 +209,7 @@ def read_texts(text, options: ReadingOptions):
     if options.sentence_split:
         parts = segment.split(text, **options.split_rules())
         rows = parts.sentences.flat_values
-        text_of = tf.cast(parts.sentences.value_rowids(), tf.int32)
+        text_of = flat_rows.row_ids(tf.cast(parts.sentences.row_splits, tf.int32))
         separators = parts.separators
     else:
         rows, text_of, separators = text, tf.range(size), None

@@ -33,6 +33,7 @@ from tfxformer import locate, pretrained
 from tfxformer.config import PRECISION_POLICIES
 from tfxformer.models.transformer import Transformer
 from tfxformer.rerank import GRAPH_WEIGHTS, WEIGHTS, best_index, role_weights, weighted_sum
+from tfxformer.serving import flat_rows
 from tfxformer.serving.export import export_translator, reading_options, with_source_options
 from tfxformer.serving.signatures import check_signatures
 from tfxformer.serving.translator import Translator
@@ -122,9 +123,9 @@ class RerankingTranslator(Translator):
         weights = {"forward": self.forward_weight, "length": self.length_weight}
         flat = tf.reshape(translations, [-1])  # (N * K,)
         if self.length_weight:
-            words = tf.strings.split(flat).row_lengths()
+            words = flat_rows.word_counts(flat)
             features["length"] = tf.reshape(tf.cast(words, tf.float32), shape)
-        sources = tf.reshape(tf.repeat(text, shape[1]), [-1])
+        sources = flat_rows.repeat_each(text, shape[1])
         for i, rescorer in enumerate(self.rescorers):
             pair = (flat, sources) if rescorer.direction == "channel" else (sources, flat)
             out = rescorer.translator.score_pairs(*pair)

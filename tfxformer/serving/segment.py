@@ -40,11 +40,13 @@ import re
 from typing import NamedTuple
 
 import tensorflow as tf
-import tensorflow_text as tf_text
+from tensorflow_text.python.ops import regex_split_ops
+
+from tfxformer.serving import flat_rows
 
 __all__ = ["ABBREVIATIONS", "CLOSERS", "FINAL", "NEWLINE", "OPENERS", "ORDINAL_LANGUAGES",
-           "QUOTES", "SENTENCE_OPENERS", "SPACE", "STARTER", "Segments", "join", "rules",
-           "split"]
+           "QUOTES", "SENTENCE_OPENERS", "SPACE", "STARTER", "Segments", "join", "regex_pieces",
+           "rules", "split"]
 
 # Character classes shared with :mod:`tfxformer.serving.casing` (RE2 syntax).
 QUOTES = "\"'“”‘’«»„‚‹›"
@@ -134,6 +136,18 @@ def _no_end_pattern(abbreviations, ordinals):
     return f"{OPENERS}*(?:{'|'.join(kinds)})"
 
 
+def regex_pieces(texts, delimiter, kept):
+    """(N,) strings -> (P,) their pieces, split at the matches of `delimiter` (those of
+    `kept` kept as pieces), and the (N + 1,) int64 row splits of each text's:
+    `tensorflow_text.regex_split(texts, delimiter, kept)`'s values and row splits from its
+    op (RegexSplitWithOffsets) alone, without the ~300 graph nodes with which that function
+    validates its three ragged results."""
+    tokens, _, _, splits = regex_split_ops.gen_regex_split_ops.regex_split_with_offsets(
+        tf.reshape(tf.convert_to_tensor(texts, tf.string), [-1]), f"({delimiter})",
+        f"({kept})")
+    return tokens, splits
+
+
 def _has(strings, pattern):
     """Whether `pattern` matches somewhere in each string (``^``/``$`` in it test an end).
 
@@ -178,11 +192,11 @@ def split(texts, abbreviations=(), ordinals=False, openers=()):
         has the separators ``["", ""]``.
     """
     texts = tf.convert_to_tensor(texts, tf.string)
-    pieces = tf_text.regex_split(texts, SPACE + "+", SPACE + "+")  # (N, P): words, spaces
-    flat = pieces.flat_values
-    row = tf.cast(pieces.value_rowids(), tf.int32)
-    position = tf.range(tf.size(flat)) - tf.gather(tf.cast(pieces.row_starts(), tf.int32), row)
-    last = tf.gather(tf.cast(pieces.row_lengths(), tf.int32), row) - 1
+    flat, splits = regex_pieces(texts, SPACE + "+", SPACE + "+")  # words and spaces
+    splits = tf.cast(splits, tf.int32)
+    row = flat_rows.row_ids(splits)
+    position = tf.range(tf.size(flat)) - tf.gather(splits[:-1], row)
+    last = tf.gather(splits[1:] - splits[:-1], row) - 1
     is_space = tf.strings.regex_full_match(flat, SPACE + "+")
     ends = _has(flat, _ENDS) & ~tf.strings.regex_full_match(
         flat, _no_end_pattern(abbreviations, ordinals))
@@ -208,13 +222,14 @@ def split(texts, abbreviations=(), ordinals=False, openers=()):
     per_text = tf.cast(tf.math.unsorted_segment_sum(tf.cast(begins, tf.int32), row,
                                                     tf.size(texts)), tf.int64)
     inside = ~breaks  # words and the whitespace within sentences
-    sentences = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
-        flat[inside], started[inside] - 1, nrows=total), axis=1)
+    sentences = flat_rows.join_rows(flat_rows.masked(flat, inside),
+                                    flat_rows.masked(started, inside) - 1, total)
     # Text i's separators are slots (sentences of texts before i) + i ... + per_text[i].
-    separators = tf.strings.reduce_join(tf.RaggedTensor.from_value_rowids(
-        flat[breaks], (started + row)[breaks], nrows=total + tf.size(texts)), axis=1)
-    return Segments(tf.RaggedTensor.from_row_lengths(sentences, per_text),
-                    tf.RaggedTensor.from_row_lengths(separators, per_text + 1))
+    separators = flat_rows.join_rows(flat_rows.masked(flat, breaks),
+                                     flat_rows.masked(started + row, breaks),
+                                     total + tf.size(texts))
+    return Segments(tf.RaggedTensor.from_row_lengths(sentences, per_text, validate=False),
+                    tf.RaggedTensor.from_row_lengths(separators, per_text + 1, validate=False))
 
 
 def join(sentences, separators):
@@ -233,10 +248,13 @@ def join(sentences, separators):
         tf.cast(sentences.row_lengths(), tf.int64) + 1,
         message="join(): each text needs one separator more than it has sentences, as "
                 "split() returns them")
-    texts = separators.nrows()
-    ends = tf.RaggedTensor.from_row_lengths(tf.fill([texts], ""),
-                                            tf.ones([texts], sentences.row_splits.dtype))
-    padded = tf.concat([sentences, ends], axis=1)  # (N, k + 1), aligned with separators
-    pairs = tf.reshape(tf.stack([separators.flat_values, padded.flat_values], axis=1), [-1])
-    return tf.strings.reduce_join(
-        tf.RaggedTensor.from_row_splits(pairs, separators.row_splits * 2), axis=1)
+    separator_rows = flat_rows.row_ids(tf.cast(separators.row_splits, tf.int32))
+    sentence_rows = flat_rows.row_ids(tf.cast(sentences.row_splits, tf.int32))
+    # A text's separators and sentences alternate, one separator more: in the order of all
+    # the texts' items, separator f (flat) of text i is item 2f - i, sentence g item
+    # 2g + i + 1.
+    order = [2 * tf.range(tf.size(separator_rows)) - separator_rows,
+             2 * tf.range(tf.size(sentence_rows)) + sentence_rows + 1]
+    items = tf.dynamic_stitch(order, [separators.flat_values, sentences.flat_values])
+    rows = tf.dynamic_stitch(order, [separator_rows, sentence_rows])
+    return flat_rows.join_rows(items, rows, separators.nrows())

@@ -28,6 +28,7 @@ from tfxformer import multilingual
 from tfxformer.data.tokenizer import sentencepiece_tokenizer
 from tfxformer.decoding.common import followed_in_row, rows_to_ragged
 from tfxformer.ids import EOS_ID, PAD_ID, UNK_ID
+from tfxformer.serving import flat_rows
 from tfxformer.serving.inputs import per_text
 from tfxformer.serving.markup import Markup, take_out
 from tfxformer.serving.reading import (
@@ -155,7 +156,7 @@ class TextCodec:
         markup = self.take_out(text)
         row_text, rows = read_texts(text if markup is None else markup.plain,
                                     reading or self.reading)
-        row_words = tf.cast(tf.strings.split(row_text).row_lengths(), tf.int32)
+        row_words = flat_rows.word_counts(row_text)
         row_text, tag_pieces = self.tagged(row_text, target_language, rows)
         pieces, truncated, blank = self.cut(row_text, tokenizer or self.tokenizer(),
                                             rows.per_row(limits), tag_pieces)
