@@ -67,3 +67,15 @@ def test_each_is_a_few_graph_nodes_and_the_same_in_a_graph():
     assert lean * 4 < ragged, (lean, ragged)
     graph_ids = tf.function(flat_rows.row_ids)(tf.constant(SPLITS[3], tf.int64))
     np.testing.assert_array_equal(graph_ids, [1, 1, 3, 3, 3])
+
+
+def test_regex_pieces_are_regex_splits_values_and_row_splits():
+    import tensorflow_text as tf_text
+
+    from tfxformer.serving.segment import SPACE, regex_pieces
+
+    for delimiter, kept in ((SPACE + "+", SPACE + "+"), (r"\.", ""), (r"[A-Z]", r"[A-Z]")):
+        pieces, splits = regex_pieces(tf.constant(TEXTS), delimiter, kept)
+        expected = tf_text.regex_split(tf.constant(TEXTS), delimiter, kept)
+        assert pieces.numpy().tolist() == expected.flat_values.numpy().tolist()
+        np.testing.assert_array_equal(splits, expected.row_splits)
