@@ -79,7 +79,7 @@ def test_translation_is_beam_search_between_python_sentencepiece(translator, spm
     source = tf.constant([processor.encode(text) + [EOS_ID]])
     best = beam_search(translator.model, source, beam_size=3, alpha=0.6, extra_length=4)
     ids = best.ids[0, 0, : int(best.lengths[0, 0])].numpy().tolist()
-    expected = processor.decode([i for i in ids if i != EOS_ID])
+    expected = cleaned(processor.decode([i for i in ids if i != EOS_ID]))  # as served
     out = translator(tf.constant([text]))
     assert _strings(out) == [expected]
     np.testing.assert_allclose(out["score"][0], best.scores[0, 0], rtol=1e-5)
@@ -97,7 +97,7 @@ def test_translator_fixes_the_stopping_rule_and_length_normalization(translator,
                        beam_size=3, alpha=0.6, extra_length=4, **rules)
     ids = best.ids[0, 0, : int(best.lengths[0, 0])].numpy().tolist()
     out = ended(tf.constant([text]))
-    assert _strings(out) == [processor.decode([i for i in ids if i != EOS_ID])]
+    assert _strings(out) == [cleaned(processor.decode([i for i in ids if i != EOS_ID]))]
     np.testing.assert_allclose(out["score"][0], best.scores[0, 0], rtol=1e-5)
     with pytest.raises(ValueError, match="`stopping` must be one of 'bound', 'finished'"):
         Translator(translator.model, spm_model, stopping="early")
@@ -110,7 +110,7 @@ def test_options_signature(translator, spm_model):
                            extra_length=2)
     ids = greedy.ids[0, : int(greedy.lengths[0])].numpy().tolist()
     out = translator.translate_with_options(tf.constant([text]), 1, 0.0, 2)
-    assert _strings(out) == [processor.decode([i for i in ids if i != EOS_ID])]
+    assert _strings(out) == [cleaned(processor.decode([i for i in ids if i != EOS_ID]))]
     for options, name in (((0, 0.6, 2), "beam_size"), ((2, -1.0, 2), "alpha"),
                           ((2, 0.6, -1), "extra_length")):
         with pytest.raises(tf.errors.InvalidArgumentError, match=f"`{name}` must be"):

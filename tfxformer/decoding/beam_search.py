@@ -233,11 +233,11 @@ def sequence_beam_search(start: DecodeStart, beam_size=common.DEFAULTS.beam_size
         done = search.done(state)
 
         def leave():
-            gone = tf.boolean_mask(state.rows, done)
+            gone = common.masked(state.rows, done)
             steps = common.scatter_rows(out_steps, gone, tf.fill(tf.shape(gone), state.i))
             token_lps = out_token_lps
             if token_log_probs:
-                token_lps = common.scatter_rows(out_token_lps, gone, tf.boolean_mask(
+                token_lps = common.scatter_rows(out_token_lps, gone, common.masked(
                     search.result_token_log_probs(state), done))
             return (*search.leave(state, done, out_ids, out_scores), steps, token_lps)
 
@@ -466,9 +466,9 @@ class BeamSearchLoop:
         """Writes the done sentences' n-best lists at their batch positions and keeps the
         rows of the others: sentence fields and context by sentence, cache by hypothesis."""
         ids, scores = self.result(state)
-        gone = tf.boolean_mask(state.rows, done)
-        out_ids = common.scatter_rows(out_ids, gone, tf.boolean_mask(ids, done))
-        out_scores = common.scatter_rows(out_scores, gone, tf.boolean_mask(scores, done))
+        gone = common.masked(state.rows, done)
+        out_ids = common.scatter_rows(out_ids, gone, common.masked(ids, done))
+        out_scores = common.scatter_rows(out_scores, gone, common.masked(scores, done))
         keep = common.running(done)
         fields = {name: common.gather_rows(value, keep)
                   for name, value in state._asdict().items() if name not in ("i", "cache")}

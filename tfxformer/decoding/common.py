@@ -133,6 +133,12 @@ def write_column(ids, column, values):
     return tf.where(at, values[..., None], ids)
 
 
+def masked(values, mask):
+    """(N, ...) values, (N,) bool -> the values where `mask` is True: `tf.boolean_mask` on
+    axis 0 as one gather (a third of its graph nodes)."""
+    return tf.gather(values, tf.where(mask)[:, 0])
+
+
 def rows_to_ragged(tensor, lengths):
     """(N, L, ...) rows and (N,) lengths -> the (N, None, ...) ragged tensor of each row's
     first `lengths` items: `tf.RaggedTensor.from_tensor(tensor, lengths=lengths)` in a

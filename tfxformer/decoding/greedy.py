@@ -122,9 +122,9 @@ def _leave(state, out_ids, out_scores):
     """Writes the finished sentences' results at their batch positions and keeps the
     rows of the others (one gather per field)."""
     done = state.finished
-    gone = tf.boolean_mask(state.rows, done)
-    out_ids = common.scatter_rows(out_ids, gone, tf.boolean_mask(state.ids, done))
-    out_scores = common.scatter_rows(out_scores, gone, tf.boolean_mask(state.scores, done))
+    gone = common.masked(state.rows, done)
+    out_ids = common.scatter_rows(out_ids, gone, common.masked(state.ids, done))
+    out_scores = common.scatter_rows(out_scores, gone, common.masked(state.scores, done))
     keep = common.running(done)
     fields = {name: common.gather_rows(value, keep)
               for name, value in state._asdict().items() if name != "i"}

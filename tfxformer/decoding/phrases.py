@@ -90,7 +90,9 @@ def scatter_tokens(mask, tokens, vocab):
     """(B'·K, V) bool: the tokens (B', T) of `mask` (B', K, T) True, per row b·K + k."""
     shape = tf.shape(mask)
     rows = shape[0] * shape[1]
-    flat = tf.reshape(tf.broadcast_to(tokens[:, None, :], shape), [-1])
-    index = tf.stack([tf.repeat(tf.range(rows), shape[2]), flat], axis=1)
-    counts = tf.scatter_nd(index, tf.reshape(tf.cast(mask, tf.int32), [-1]), [rows, vocab])
+    columns = tf.reshape(tf.broadcast_to(tokens[:, None, :], shape), [rows, shape[2]])
+    row = tf.broadcast_to(tf.range(rows)[:, None], [rows, shape[2]])
+    index = tf.stack([row, columns], axis=-1)  # (B'·K, T, 2)
+    counts = tf.scatter_nd(index, tf.reshape(tf.cast(mask, tf.int32), [rows, shape[2]]),
+                           [rows, vocab])
     return counts > 0

@@ -171,13 +171,19 @@ def check_no_constraints(steering, search):
                          "tfxformer.decoding.beam_search) or leave `constraints` None.")
 
 
+def _row_of(matrix):
+    """(N, C) -> (N, C) int32: each entry's row."""
+    shape = tf.shape(matrix)
+    return tf.broadcast_to(tf.range(shape[0])[:, None], shape)
+
+
 def _seen(history, valid, vocab):
     """(N, V) bool: the tokens of the first `valid` (() or (N,)) columns of `history`."""
     rows, columns = tf.shape(history)[0], tf.shape(history)[1]
     inside = tf.range(columns)[None, :] < tf.reshape(valid, [-1, 1])
-    index = tf.stack([tf.repeat(tf.range(rows), columns), tf.reshape(history, [-1])], axis=1)
+    index = tf.stack([_row_of(history), history], axis=-1)  # (N, C, 2)
     written = tf.cast(inside & (history >= 0), tf.int32)  # (N, C)
-    counts = tf.scatter_nd(index, tf.reshape(written, [-1]), [rows, vocab])
+    counts = tf.scatter_nd(index, written, [rows, vocab])
     return counts > 0
 
 
@@ -201,8 +207,8 @@ def _ngram_bans(history, valid, size, vocab):
     _, match = tf.while_loop(lambda m, _: m < longest - 1, body, [tf.constant(0), match])
     banned = tf.gather(history, tf.clip_by_value(starts[0][None, :] + size[:, None] - 1, 0,
                                                  columns - 1), batch_dims=1)  # (N, C)
-    index = tf.stack([tf.repeat(tf.range(rows), columns), tf.reshape(banned, [-1])], axis=1)
-    counts = tf.scatter_nd(index, tf.reshape(tf.cast(match, tf.int32), [-1]), [rows, vocab])
+    index = tf.stack([_row_of(banned), banned], axis=-1)  # (N, C, 2)
+    counts = tf.scatter_nd(index, tf.cast(match, tf.int32), [rows, vocab])
     return counts > 0
 
 

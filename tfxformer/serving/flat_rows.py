@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfxformer.decoding.common import masked  # (V, ...) values where a (V,) mask is True
+
 __all__ = ["join_rows", "masked", "repeat", "repeat_each", "row_ids", "splits_of", "word_counts"]
 
 
@@ -48,12 +50,6 @@ def repeat_each(values, times):
     times)`)."""
     values = tf.convert_to_tensor(values)
     return tf.reshape(tf.tile(values[:, None], tf.stack([1, times])), [-1])
-
-
-def masked(values, mask):
-    """(V, ...) values, (V,) bool -> the values where `mask` is True (`tf.boolean_mask`
-    on axis 0)."""
-    return tf.gather(values, tf.where(mask)[:, 0])
 
 
 def join_rows(values, rows, nrows, separator=""):
