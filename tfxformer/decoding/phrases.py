@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from tfxformer.ids import PAD_ID
 
-__all__ = ["Layout", "completions", "layout", "scatter_tokens", "twins"]
+__all__ = ["Layout", "completions", "layout", "scatter_tokens", "token_set", "twins"]
 
 
 class Layout(NamedTuple):
@@ -90,9 +90,14 @@ def scatter_tokens(mask, tokens, vocab):
     """(B'·K, V) bool: the tokens (B', T) of `mask` (B', K, T) True, per row b·K + k."""
     shape = tf.shape(mask)
     rows = shape[0] * shape[1]
-    columns = tf.reshape(tf.broadcast_to(tokens[:, None, :], shape), [rows, shape[2]])
-    row = tf.broadcast_to(tf.range(rows)[:, None], [rows, shape[2]])
-    index = tf.stack([row, columns], axis=-1)  # (B'·K, T, 2)
-    counts = tf.scatter_nd(index, tf.reshape(tf.cast(mask, tf.int32), [rows, shape[2]]),
-                           [rows, vocab])
+    return token_set(tf.reshape(tf.broadcast_to(tokens[:, None, :], shape), [rows, shape[2]]),
+                     tf.reshape(mask, [rows, shape[2]]), vocab)
+
+
+def token_set(tokens, mask, vocab):
+    """(N, V) bool: per row, the tokens (N, C) int32 (valid ids, also where masked out)
+    where `mask` (N, C) is True."""
+    row = tf.broadcast_to(tf.range(tf.shape(tokens)[0])[:, None], tf.shape(tokens))
+    counts = tf.scatter_nd(tf.stack([row, tokens], axis=-1), tf.cast(mask, tf.int32),
+                           tf.stack([tf.shape(tokens)[0], vocab]))
     return counts > 0

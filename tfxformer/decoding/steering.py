@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from tfxformer.decoding.common import NEG_INF, followed_in_row
-from tfxformer.decoding.phrases import completions, layout, scatter_tokens
+from tfxformer.decoding.phrases import completions, layout, scatter_tokens, token_set
 from tfxformer.ids import PAD_ID
 
 __all__ = ["Steering", "flatten_constraints", "force_prefix", "has_constraints",
@@ -171,26 +171,16 @@ def check_no_constraints(steering, search):
                          "tfxformer.decoding.beam_search) or leave `constraints` None.")
 
 
-def _row_of(matrix):
-    """(N, C) -> (N, C) int32: each entry's row."""
-    shape = tf.shape(matrix)
-    return tf.broadcast_to(tf.range(shape[0])[:, None], shape)
-
-
 def _seen(history, valid, vocab):
     """(N, V) bool: the tokens of the first `valid` (() or (N,)) columns of `history`."""
-    rows, columns = tf.shape(history)[0], tf.shape(history)[1]
-    inside = tf.range(columns)[None, :] < tf.reshape(valid, [-1, 1])
-    index = tf.stack([_row_of(history), history], axis=-1)  # (N, C, 2)
-    written = tf.cast(inside & (history >= 0), tf.int32)  # (N, C)
-    counts = tf.scatter_nd(index, written, [rows, vocab])
-    return counts > 0
+    inside = tf.range(tf.shape(history)[1])[None, :] < tf.reshape(valid, [-1, 1])
+    return token_set(history, inside & (history >= 0), vocab)
 
 
 def _ngram_bans(history, valid, size, vocab):
     """(N, V) bool: tokens that would complete an n-gram (n = `size` (N,), 0 = off) the
     first `valid` tokens of `history` (N, C) already hold (CTranslate2's NoRepeatNgram)."""
-    rows, columns = tf.shape(history)[0], tf.shape(history)[1]
+    columns = tf.shape(history)[1]
     starts = tf.range(columns)[None, :]  # (1, C) the n-gram's first column j
     # an earlier n-gram lies inside the history: j + n - 1 < valid (the banned token at
     # column j + n - 1 is written), and n > 0
@@ -207,9 +197,7 @@ def _ngram_bans(history, valid, size, vocab):
     _, match = tf.while_loop(lambda m, _: m < longest - 1, body, [tf.constant(0), match])
     banned = tf.gather(history, tf.clip_by_value(starts[0][None, :] + size[:, None] - 1, 0,
                                                  columns - 1), batch_dims=1)  # (N, C)
-    index = tf.stack([_row_of(banned), banned], axis=-1)  # (N, C, 2)
-    counts = tf.scatter_nd(index, tf.cast(match, tf.int32), [rows, vocab])
-    return counts > 0
+    return token_set(banned, match, vocab)
 
 
 def _avoid_bans(history, valid, tokens, continues, vocab):

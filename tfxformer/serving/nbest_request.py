@@ -238,7 +238,7 @@ def constraint_pieces(tokenizer, constraints, limit):
 def row_sums(values, splits):
     """(N,) the sums of flat `values` over the N rows of `splits` (N + 1,): a running sum
     read at the splits (a ragged `reduce_sum`'s result in fewer ops)."""
-    running = tf.concat([tf.zeros([1], values.dtype), tf.cumsum(values)], axis=0)
+    running = flat_rows.splits_of(values)
     return tf.gather(running, splits[1:]) - tf.gather(running, splits[:-1])
 
 
@@ -246,9 +246,8 @@ def keep_items(ragged, keep):
     """A (N, None, ...) ragged tensor with only the items (rows of `ragged.values`) where
     `keep` (flat bool) is True, in order (`tf.ragged.boolean_mask`'s result, in fewer ops)."""
     splits = ragged.row_splits
-    kept = tf.concat([tf.zeros([1], splits.dtype), tf.cumsum(tf.cast(keep, splits.dtype))],
-                     axis=0)
-    return tf.RaggedTensor.from_row_splits(tf.gather(ragged.values, tf.where(keep)[:, 0]),
+    kept = flat_rows.splits_of(tf.cast(keep, splits.dtype))  # items kept up to each
+    return tf.RaggedTensor.from_row_splits(flat_rows.masked(ragged.values, keep),
                                            tf.gather(kept, splits), validate=False)
 
 
