@@ -66,11 +66,6 @@ def build_parser():
     return parser
 
 
-def count_lines(path):
-    """The number of lines of `path` (a last line without a newline counts)."""
-    with open(path, "rb") as f:
-        return sum(1 for _ in f)
-
 
 def read_pairs(src, tgt):
     """Yields (source, target) byte strings, line by line, without their line ends."""
@@ -90,13 +85,7 @@ def score_stream(score, pairs, batch_size):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    for flag, path in (("--src", args.src), ("--tgt", args.tgt)):
-        if not os.path.isfile(path):
-            parser.error(f"{flag} {path!r} is not a file")
-    total, targets = count_lines(args.src), count_lines(args.tgt)
-    if total != targets:
-        parser.error(f"--src has {total} lines and --tgt {targets}; they must pair up line "
-                     "by line")
+    total = cli.line_pairs(parser, args.src, args.tgt)
     from tfxformer.locate import resolve
     from tfxformer.serving import load_score_fn
     from tfxformer.serving.scoring import format_score

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 __all__ = ["add_nbest_flags", "add_sampling_flags", "add_search_flags", "float_in",
-           "int_at_least", "named_weight", "non_negative_float"]
+           "int_at_least", "line_pairs", "named_weight", "non_negative_float"]
 
 
 def int_at_least(low):
@@ -128,3 +129,22 @@ def add_sampling_flags(group, defaults):
                    help="seed of the draws: the same seed, input and --batch-size "
                         "give the same output (default: a random seed, printed to "
                         "stderr)")
+
+
+def line_pairs(parser, src: str, tgt: str) -> int:
+    """The number of line pairs of the files of --src and --tgt; a usage error (exit 2)
+    where either is no file or their line counts differ."""
+    for flag, path in (("--src", src), ("--tgt", tgt)):
+        if not os.path.isfile(path):
+            parser.error(f"{flag} {path!r} is not a file")
+    total, targets = (_count_lines(path) for path in (src, tgt))
+    if total != targets:
+        parser.error(f"--src has {total} lines and --tgt {targets}; they must pair up line "
+                     "by line")
+    return total
+
+
+def _count_lines(path: str) -> int:
+    """The number of lines of `path` (a last line without a newline counts)."""
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)

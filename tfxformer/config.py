@@ -128,6 +128,12 @@ class ModelConfig(_Settings):
         position_embedding: "sinusoidal" (§3.5) or "learned" (Table 3 row E).
         max_positions: size of the position table: the longest sequence a learned table
             embeds, and the cap on source and output length (1024).
+        alignment_layer: the decoder layer whose encoder–decoder attention word alignments
+            read (0 the bottom, negative from the top; -2, the penultimate, as Garg et al.,
+            2019). alignment_heads: how many of its heads, from the first, are averaged
+            for them (0: all). A model trained with guided alignment
+            (`train_wmt.py --guided-alignment`) reads its supervised head: 1. As
+            CTranslate2's model spec; no weight depends on either.
 
     Example:
     >>> ModelConfig(vocab_size=100).replace(d_model=256).d_model
@@ -146,6 +152,8 @@ class ModelConfig(_Settings):
     layer_norm_epsilon: float = 1e-6
     position_embedding: str = "sinusoidal"
     max_positions: int = 1024
+    alignment_layer: int = -2
+    alignment_heads: int = 0
 
     _old_names = _OLD_MODEL_NAMES
 
@@ -158,6 +166,10 @@ class ModelConfig(_Settings):
         object.__setattr__(self, "layer_norm_epsilon",
                            checks.number(self.layer_norm_epsilon, "layer_norm_epsilon", 0.0))
         object.__setattr__(self, "norm_first", bool(self.norm_first))
+        object.__setattr__(self, "alignment_layer",  # in range: checked where it is read
+                           checks.integer(self.alignment_layer, "alignment_layer"))
+        object.__setattr__(self, "alignment_heads", checks.integer(
+            self.alignment_heads, "alignment_heads", 0, self.num_heads))
         if self.position_embedding not in POSITION_EMBEDDINGS:
             raise ValueError(f"Unknown `position_embedding` {self.position_embedding!r}; "
                              f"accepted: {POSITION_EMBEDDINGS}.")

@@ -8,8 +8,8 @@ import tensorflow as tf
 from tfxformer.ids import PAD_ID
 
 __all__ = [
-    "LabelSmoothedCrossEntropy", "fused_label_smoothed_nll", "label_smoothed_nll",
-    "label_smoothed_per_token", "token_weights",
+    "GUIDED_ALIGNMENT_WEIGHT", "LabelSmoothedCrossEntropy", "fused_label_smoothed_nll",
+    "guided_alignment_nll", "label_smoothed_nll", "label_smoothed_per_token", "token_weights",
 ]
 
 
@@ -78,6 +78,35 @@ def r_drop_label_smoothed_nll(labels, logits_a, logits_b, label_smoothing=0.1, a
     symmetric_kl = tf.reduce_sum((tf.exp(log_a) - tf.exp(log_b)) * (log_a - log_b), axis=-1)
     per_token = 0.5 * (nll_a + nll_b) + 0.25 * float(alpha) * symmetric_kl * mask
     return tf.reduce_sum(per_token), tf.reduce_sum(mask)
+
+
+# Garg et al. (2019)'s λ: the weight of the alignment loss beside the translation loss.
+GUIDED_ALIGNMENT_WEIGHT = 0.05
+
+
+def guided_alignment_nll(attention, links):
+    """Guided alignment (Garg et al., 2019): the cross-entropy of an attention against
+    word links, summed over the target pieces that have links.
+
+    Each target piece t with links is to attend to its linked source pieces evenly: its
+    target row is `links[t] / sum(links[t])`, and its loss `-sum_s target[t, s] *
+    log attention[t, s]`. A piece without links (EOS, padding, an unaligned word) adds
+    nothing.
+
+    Args:
+        attention: (B, T, S) float32 attention probabilities of the supervised head(s)
+            (:func:`tfxformer.layers.attention.head_average`).
+        links: (B, T, S) float32 0/1 piece links (:mod:`tfxformer.data.alignments`).
+
+    Returns:
+        (loss_sum, linked_pieces): float32 scalars over this batch (this replica).
+    """
+    links = tf.cast(links, tf.float32)
+    total = tf.reduce_sum(links, axis=-1, keepdims=True)
+    target = links / tf.maximum(total, 1.0)
+    log_attention = tf.math.log(tf.maximum(tf.cast(attention, tf.float32), 1e-9))
+    return (-tf.reduce_sum(target * log_attention),
+            tf.reduce_sum(tf.cast(total > 0, tf.float32)))
 
 
 # Logits per chunk of the fused loss: 2^25 float32 = 128 MiB (1,048 rows at V = 32,000).

@@ -9,6 +9,7 @@ the field's annotation (`typing.get_type_hints`), with the field's `metadata["he
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
 from tfxformer import checks, multilingual
@@ -101,6 +102,19 @@ class TrainConfig:
                "that reads the model follows it: validation BLEU, translation and the export "
                "put the pieces back in order before detokenizing, and scoring reverses the "
                "given target's pieces (a reranker's right-to-left score, docs/reranking.md)")
+    guided_alignment: str | None = _setting(
+        None, "guided alignment (Garg et al., 2019; not in the paper): a file of word "
+              "alignments of the training pairs, one Pharaoh line ('0-0 1-2 ...': source "
+              "word i, target word j, 0-based, words split at whitespace) per pair of the "
+              "training split, in its order (.gz accepted); `scripts/align.py` makes one "
+              "from a trained model's attention, fast_align or eflomal from the text. One "
+              "head (the first of the model's `alignment_layer`, the penultimate) is trained "
+              "to attend as the links say, and is what the model's word alignments read "
+              "(the exported `translate_nbest`'s, inline markup's). The token cache is not "
+              "used (it holds no links)")
+    guided_alignment_weight: float = _setting(
+        0.05, "with `guided_alignment`: the alignment loss' weight beside the translation "
+              "loss (Garg et al.'s lambda)")
     checkpoint_every: int = _setting(1_000, "save a checkpoint ckpt-<step> every this many "
                                      "updates")
     keep_checkpoints: int = _setting(20, "checkpoints kept on disk")
@@ -194,6 +208,15 @@ class TrainConfig:
         for name in ("average_last", "eval_every", "eval_sentences"):
             checks.integer(getattr(self, name), name, 0)
         checks.number(self.r_drop, "r_drop", 0.0)
+        checks.number(self.guided_alignment_weight, "guided_alignment_weight", 0.0)
+        if self.guided_alignment is not None:
+            if not os.path.isfile(self.guided_alignment):
+                raise ValueError(f"`guided_alignment` {self.guided_alignment!r} is not a "
+                                 "file: give the word alignments of the training pairs, "
+                                 "one Pharaoh line per pair (scripts/align.py makes them).")
+            if self.r_drop:
+                raise ValueError("`guided_alignment` and `r_drop` do not go together: "
+                                 "set one.")
         check_alpha(self.subword_sampling, "subword_sampling")
         if self.max_positions is not None and self.max_positions < self.max_length:
             raise ValueError(f"`max_positions` {self.max_positions} is below `max_length` "
@@ -213,15 +236,19 @@ class TrainConfig:
         """The model: the preset with the vocabulary size, the dropout settings and the
         position-table size `max_positions` (by default the preset's, 1024, raised to
         `max_length` if that is larger: this is the one place it is chosen); with
-        `init_from`, the source model's (and the dropout settings)."""
+        `init_from`, the source model's (and the dropout settings); with
+        `guided_alignment`, its alignments read one head (`alignment_heads` 1)."""
         if self.init_from is not None:
             from tfxformer.pretrained import fine_tune_model_config
 
-            return fine_tune_model_config(self)
-        preset = get_preset(self.preset, vocab_size=self.vocab_size, **self.dropouts())
-        positions = self.max_positions if self.max_positions is not None else \
-            max(self.max_length, preset.max_positions)
-        return preset.replace(max_positions=positions)
+            config = fine_tune_model_config(self)
+        else:
+            preset = get_preset(self.preset, vocab_size=self.vocab_size, **self.dropouts())
+            positions = self.max_positions if self.max_positions is not None else \
+                max(self.max_length, preset.max_positions)
+            config = preset.replace(max_positions=positions)
+        # guided alignment supervises one head, which the model's alignments then read
+        return config.replace(alignment_heads=1) if self.guided_alignment else config
 
     def dropouts(self) -> dict:
         """The dropout settings given (`dropout`, `attention_dropout`,

@@ -29,9 +29,11 @@ import keras
 import tensorflow as tf
 
 from tfxformer.ids import PAD_ID
+from tfxformer.layers.attention import head_average
 from tfxformer.losses import (
     FUSED_CHUNK_ELEMENTS,
     fused_label_smoothed_nll,
+    guided_alignment_nll,
     label_smoothed_nll,
     r_drop_label_smoothed_nll,
 )
@@ -41,6 +43,7 @@ __all__ = ["DeviceFeed", "Trainer", "decoder_output"]
 SUM = tf.distribute.ReduceOp.SUM
 _IDS = tf.TensorSpec([None, None], tf.int32)
 BATCH_SPEC = ((_IDS, _IDS), _IDS)  # ((source_ids, decoder_input_ids), labels), any B and L
+_LINKS = tf.TensorSpec([None, None, None], tf.float32)  # guided alignment's (B, L, L)
 
 
 class Trainer:
@@ -69,9 +72,16 @@ class Trainer:
             own dropout masks) and the loss adds the symmetric KL between the two passes'
             predictions; 0 (default) = the paper's loss. Needs the full logits: R-Drop
             steps do not use the fused loss.
+        alignment_weight: guided alignment's λ (Garg et al., 2019;
+            :func:`tfxformer.losses.guided_alignment_nll`): the batches carry (B, L, L)
+            piece links as a third element, and the loss adds λ times the cross-entropy
+            of the model's alignment attention (its `alignment_layer`, averaged over its
+            first `alignment_heads` heads, :class:`tfxformer.config.ModelConfig`) against
+            them, normalised as the translation loss is; 0 (default): off. Not with R-Drop.
 
     Batches are GLOBAL batches `((source_ids, decoder_input_ids), labels)` as
-    tfxformer.data makes them. :meth:`feed` wraps a plain (checkpointable) tf.data iterator
+    tfxformer.data makes them (`((source_ids, decoder_input_ids), labels, links)` with
+    guided alignment). :meth:`feed` wraps a plain (checkpointable) tf.data iterator
     of them; it hands each replica its contiguous slice, on the replica's device. Every
     worker of a multi-worker run reads the same global batches and its replicas take their
     slices, so no replica ever sees a batch another one also trained on.
@@ -79,7 +89,7 @@ class Trainer:
 
     def __init__(self, model, optimizer, strategy, label_smoothing=0.1, accumulation_steps=1,
                  jit_compile=False, halt_after_nonfinite=None, nonfinite_fault_steps=(),
-                 fused_loss=True, r_drop=0.0):
+                 fused_loss=True, r_drop=0.0, alignment_weight=0.0):
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}.")
         if halt_after_nonfinite is not None and halt_after_nonfinite < 1:
@@ -91,6 +101,13 @@ class Trainer:
         if float(r_drop) < 0:
             raise ValueError(f"r_drop must be >= 0, got {r_drop}.")
         self.r_drop = float(r_drop)
+        if float(alignment_weight) < 0 or (alignment_weight and self.r_drop):
+            raise ValueError(f"alignment_weight must be >= 0 and goes without R-Drop, got "
+                             f"{alignment_weight} (r_drop {r_drop}).")
+        self.alignment_weight = float(alignment_weight)
+        # tensors of one replica's batch: source, decoder input, labels (and links)
+        self._tensors = 4 if self.alignment_weight else 3
+        self._batch_spec = BATCH_SPEC + (_LINKS,) if self.alignment_weight else BATCH_SPEC
         self.fused_loss = bool(fused_loss) and not self.r_drop
         # XLA: one chunk, no loop (see fused_label_smoothed_nll's chunk_elements).
         self._chunk_elements = None if jit_compile else FUSED_CHUNK_ELEMENTS
@@ -115,8 +132,8 @@ class Trainer:
         self._grad_fn = tf.function(self._replica_gradients, jit_compile=jit_compile,
                                     autograph=False)
         self._local = len(strategy.extended.worker_devices)
-        # Flat per-replica tensors (cheapest to pass): [batch][local replica][3 tensors].
-        flat = [_IDS] * (3 * self._local * self.accumulation_steps)
+        # Flat per-replica tensors (cheapest to pass): [batch][local replica][tensors].
+        flat = tf.nest.flatten(self._batch_spec) * (self._local * self.accumulation_steps)
         self._step_fn = tf.function(self._step_flat, input_signature=[flat], autograph=False)
         self._concrete = None
         self._update_loop = None
@@ -127,34 +144,59 @@ class Trainer:
 
     @staticmethod
     def _replica_token_count(batch):
-        _, labels = batch
-        return tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32))
+        return tf.reduce_sum(tf.cast(tf.not_equal(batch[1], PAD_ID), tf.float32))
 
     def _replica_gradients(self, batch, global_tokens, poison):
         """(loss share, gradients of the loss share) of this replica's `batch`."""
-        (source, decoder_input), labels = batch
+        (source, decoder_input), labels, *links = batch
         variables = self.model.trainable_variables
+        norm = poison / tf.maximum(global_tokens, 1.0)
         with tf.GradientTape() as tape:
             if self.fused_loss:
                 # Every factor goes into the token weights: the fused loss forms its logit
                 # gradients in the forward pass, at their final scale (float16-safe).
-                norm = poison / tf.maximum(global_tokens, 1.0)
                 scale = tf.cast(self.optimizer.scale_loss(tf.constant(1.0)), tf.float32)
                 mask = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+                hidden, aligned = self._decoder_output(source, decoder_input, links)
                 scaled = fused_label_smoothed_nll(
-                    decoder_output(self.model, source, decoder_input),
-                    self.model.embedding.embeddings, labels, mask * (norm * scale),
+                    hidden, self.model.embedding.embeddings, labels, mask * (norm * scale),
                     self.label_smoothing, self._chunk_elements)
                 loss = scaled / scale
+                if links:  # the alignment loss, scaled as the fused loss' tokens are
+                    loss += aligned * norm
+                    scaled += aligned * (norm * scale)
             else:
-                loss_sum = self._loss_sum_on_logits(source, decoder_input, labels)
-                loss = loss_sum / tf.maximum(global_tokens, 1.0) * poison
+                loss = self._loss_sum_on_logits(source, decoder_input, labels, links) * norm
                 scaled = self.optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, variables)
         return loss, grads
 
-    def _loss_sum_on_logits(self, source, decoder_input, labels):
-        """Summed label-smoothed NLL on the model's logits; with R-Drop, of two passes."""
+    def _decoder_output(self, source, decoder_input, links):
+        """((B, T, D) decoder output, λ times the summed alignment loss (None without
+        `links`))."""
+        if not links:
+            return decoder_output(self.model, source, decoder_input), None
+        hidden, weights = decoder_output(self.model, source, decoder_input,
+                                         return_attention_scores=True)
+        return hidden, self._alignment_loss(weights, links[0])
+
+    def _alignment_loss(self, weights, links):
+        """λ times the summed guided-alignment loss of the decoder's per-layer attention
+        `weights` against `links`."""
+        config = self.model.model_config
+        attention = head_average(weights[config.alignment_layer]["cross"],
+                                 config.alignment_heads)
+        return self.alignment_weight * guided_alignment_nll(attention, links)[0]
+
+    def _loss_sum_on_logits(self, source, decoder_input, labels, links=()):
+        """Summed label-smoothed NLL on the model's logits (and λ times the alignment loss
+        with `links`); with R-Drop, of two passes."""
+        if links:
+            memory, source_mask = self.model.encode(source, training=True)
+            logits, weights = self.model.decode(decoder_input, memory, source_mask,
+                                                training=True, return_attention_scores=True)
+            return label_smoothed_nll(labels, logits, self.label_smoothing)[0] + \
+                self._alignment_loss(weights, links[0])
         if not self.r_drop:
             logits = self.model((source, decoder_input), training=True)
             return label_smoothed_nll(labels, logits, self.label_smoothing)[0]
@@ -204,14 +246,14 @@ class Trainer:
     def _step_flat(self, flat):
         """`_step` on DeviceFeed's flat list of per-replica tensors."""
         self.traces += 1
-        per_batch = 3 * self._local
+        per_batch = self._tensors * self._local
         batches = []
         for start in range(0, len(flat), per_batch):
             parts = flat[start:start + per_batch]
 
             def value_fn(context, parts=parts):
-                i = 3 * (context.replica_id_in_sync_group % self._local)
-                return (parts[i], parts[i + 1]), parts[i + 2]
+                i = self._tensors * (context.replica_id_in_sync_group % self._local)
+                return tf.nest.pack_sequence_as(self._batch_spec, parts[i:i + self._tensors])
             batches.append(self.strategy.experimental_distribute_values_from_function(
                 value_fn))
         return self._step(batches)
@@ -292,7 +334,7 @@ class Trainer:
 
         The reference the replica-count tests compare; the same math as `train_step`.
         """
-        @tf.function(input_signature=[BATCH_SPEC], autograph=False)
+        @tf.function(input_signature=[self._batch_spec], autograph=False)
         def run(batch):
             batch = self.strategy.run(replica_slice, args=(batch,))
             tokens = self.strategy.reduce(
@@ -366,12 +408,11 @@ class DeviceFeed:
         return len(self._queue)
 
     def _distribute(self, batch) -> list:
-        """[source, decoder input, labels] of each local replica, on its device."""
-        (source, decoder_input), labels = batch
+        """[source, decoder input, labels (, links)] of each local replica, on its device."""
         replicas = self.strategy.num_replicas_in_sync
         out = []
         for i, device in enumerate(self._devices):
-            for t in (source, decoder_input, labels):
+            for t in tf.nest.flatten(batch):
                 t = _slice(t, self._first + i, replicas)
                 if t.device != device:  # a copy onto the replica's device (async on GPU)
                     with tf.device(device):
@@ -392,12 +433,15 @@ class DeviceFeed:
         return self._queue.popleft()
 
 
-def decoder_output(model, source_ids, decoder_input_ids, training=True):
+def decoder_output(model, source_ids, decoder_input_ids, training=True,
+                   return_attention_scores=False):
     """(B, T, D) decoder output of a tfxformer Transformer: its logits before the tied
     projection, i.e. `model((source_ids, decoder_input_ids))` is
-    `model.embedding.logits(decoder_output(...))` (the same layers, in the same order)."""
+    `model.embedding.logits(decoder_output(...))` (the same layers, in the same order);
+    with the decoder's per-layer attention weights if asked."""
     memory, source_mask = model.encode(source_ids, training=training)
-    return model.decoder_output(decoder_input_ids, memory, source_mask, training=training)
+    return model.decoder_output(decoder_input_ids, memory, source_mask, training=training,
+                                return_attention_scores=return_attention_scores)
 
 
 def _has_tied_projection(model) -> bool:

@@ -137,7 +137,9 @@ def build_training(config: TrainConfig, strategy, nonfinite_fault_steps=()):
     trainer = Trainer(model, optimizer, strategy, config.label_smoothing,
                       config.accumulation_steps, jit_compile=config.xla,
                       halt_after_nonfinite=halt, nonfinite_fault_steps=nonfinite_fault_steps,
-                      r_drop=config.r_drop)
+                      r_drop=config.r_drop,
+                      alignment_weight=config.guided_alignment_weight
+                      if config.guided_alignment else 0.0)
     return model, optimizer, trainer
 
 
@@ -191,6 +193,8 @@ def _data_settings(config: TrainConfig, replicas: int, cache=None) -> dict:
         settings["subword_sampling"] = config.subword_sampling
     if config.reverse_target:  # likewise
         settings["reverse_target"] = True
+    if config.guided_alignment:  # likewise: its batches carry the links
+        settings["guided_alignment"] = True
     return settings
 
 
@@ -224,6 +228,10 @@ def prepare_token_cache(config: TrainConfig, corpus, tokenizer: Tokenizer, strat
     while the others wait (then they read the chief's); None without `token_cache`, or
     when the split's files are unknown (then training tokenizes on the fly)."""
     if not config.token_cache:
+        return None
+    if config.guided_alignment:
+        log.info("Token cache: not used with `guided_alignment`: the pairs are read with "
+                 "their word links and tokenized on the fly.")
         return None
     if config.subword_sampling:
         log.info("Token cache: not used with `subword_sampling` %g: each read of a training "
@@ -262,6 +270,8 @@ def training_dataset(config: TrainConfig, corpus, tokenizer: Tokenizer, replicas
                    seed=config.seed, reverse_target=config.reverse_target)
     if cache is not None:
         return pipeline.train_dataset(None, tokenizer, token_cache=cache, **options)
+    if config.guided_alignment:
+        options["word_links"] = word_links(config, corpus.train)
     if config.subword_sampling:
         options["sampler"] = SubwordSampler(tokenizer.spm_bytes, config.subword_sampling,
                                             config.seed)
@@ -269,6 +279,23 @@ def training_dataset(config: TrainConfig, corpus, tokenizer: Tokenizer, replicas
                  "probability %g, seed %d; validation and export unsampled.",
                  config.subword_sampling, config.seed)
     return pipeline.train_dataset(corpus.train.dataset(), tokenizer, **options)
+
+
+def word_links(config: TrainConfig, split) -> tf.data.Dataset:
+    """The Pharaoh lines of `guided_alignment`, one per pair of the training `split`
+    (checked: as many lines as pairs, where the split's size is known)."""
+    path = config.guided_alignment
+    compression = "GZIP" if path.endswith(".gz") else ""
+    lines = tf.data.TextLineDataset(path, compression_type=compression)
+    if split.num_examples is not None:
+        count = int(lines.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+        if count != split.num_examples:
+            raise ValueError(f"`guided_alignment` {path!r} has {count:,} lines, the training "
+                             f"split {split.origin} {split.num_examples:,} pairs: give one "
+                             "Pharaoh line per training pair, in their order.")
+    log.info("Guided alignment: word links of %s, weight %g, on the first head of the "
+             "model's alignment layer.", path, config.guided_alignment_weight)
+    return lines
 
 
 def train_and_evaluate(config: TrainConfig, *, kill_at_save_step: int | None = None,

@@ -37,6 +37,7 @@ import logging
 import tensorflow as tf
 
 from tfxformer import checks
+from tfxformer.data import alignments
 from tfxformer.data.sampling import SubwordSampler
 from tfxformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
@@ -185,7 +186,10 @@ def tokenize_pairs(
     """Tokenizes `(src, tgt)` string pairs into filtered, unpadded model examples.
 
     Args:
-        pairs: dataset of `(src, tgt)` scalar tf.string pairs.
+        pairs: dataset of `(src, tgt)` scalar tf.string pairs, or `(src, tgt,
+            alignment)` with each pair's Pharaoh word links (guided alignment): then each
+            example has a third element, its (T, S) float32 piece links
+            (:func:`tfxformer.data.alignments.link_matrix`, T the labels', S the source's).
         tokenizer: the shared :class:`Tokenizer`.
         max_length: maximum sequence length including EOS/BOS (see module docstring).
         max_line_bytes: lines longer than this count as over-long untokenized; default
@@ -200,17 +204,23 @@ def tokenize_pairs(
         reverse_target: right-to-left examples (:func:`make_examples`).
 
     Returns:
-        dataset of `((source_ids, decoder_input_ids), labels)`, 1-D int32 tensors.
+        dataset of `((source_ids, decoder_input_ids), labels)`, 1-D int32 tensors (and
+        the links, with alignments).
     """
     _check_positive(max_length=max_length, batch_size=batch_size)
     max_bytes = line_byte_limit(max_length, max_line_bytes)
 
-    def tokenize(src, tgt, segmenter=tokenizer):
+    def tokenize(src, tgt, links=None, segmenter=tokenizer):
         src_ids, tgt_ids, empty, too_long = tokenize_and_classify(
             segmenter, src, tgt, max_length, max_bytes)
         keep = tf.logical_not(tf.logical_or(empty, too_long))
-        return make_examples(tf.ragged.boolean_mask(src_ids, keep),
-                             tf.ragged.boolean_mask(tgt_ids, keep), reverse_target)
+        src_ids = tf.ragged.boolean_mask(src_ids, keep)
+        tgt_ids = tf.ragged.boolean_mask(tgt_ids, keep)
+        examples = make_examples(src_ids, tgt_ids, reverse_target)
+        if links is None:
+            return examples
+        return (*examples, _piece_words(tokenizer, src_ids, tgt_ids, reverse_target)
+                + (alignments.parse_pharaoh(tf.boolean_mask(links, keep)),))
 
     def sample(position, pair):
         return tokenize(*pair, segmenter=sampler.at(position))
@@ -223,11 +233,29 @@ def tokenize_pairs(
     return unbatch_examples(batches)
 
 
+def _piece_words(tokenizer: Tokenizer, src_ids, tgt_ids, reverse_target: bool):
+    """(N, None) int32 the word of each source piece and of each label (their order, EOS
+    -1): what a Pharaoh line's word indices are read against."""
+    minus_one = tf.RaggedTensor.from_tensor(-tf.ones([src_ids.nrows(), 1], tf.int32))
+    source = alignments.piece_words(tokenizer.id_to_piece(src_ids))
+    target = alignments.piece_words(tokenizer.id_to_piece(tgt_ids))
+    if reverse_target:
+        target = tf.reverse(target, axis=[1])
+    return tf.concat([source, minus_one], axis=1), tf.concat([target, minus_one], axis=1)
+
+
 def unbatch_examples(batches: tf.data.Dataset) -> tf.data.Dataset:
-    """Rows of ragged batches of :func:`make_examples`, as plain 1-D Tensors."""
+    """Rows of ragged batches of :func:`make_examples` (with piece words and word links:
+    guided alignment), as plain Tensors (the links as each example's (T, S) matrix)."""
     # unbatch() yields rows typed as 0-ragged-rank RaggedTensors; an identity map retypes
     # them as plain Tensors, which padded_batch (used by the bucketing) requires.
-    return batches.unbatch().map(lambda inputs, labels: (inputs, labels))
+    def example(inputs, labels, words=None):
+        if words is None:
+            return inputs, labels
+        return inputs, labels, alignments.link_matrix(*words)
+
+    return batches.unbatch().map(example, num_parallel_calls=tf.data.AUTOTUNE,
+                                 deterministic=True)
 
 
 def count_filtered(
@@ -296,16 +324,17 @@ def batch_by_length(
     """
     lengths, sizes = zip(*plan, strict=True)
 
-    def length(inputs, labels):
+    def length(inputs, labels, *links):
         return tf.maximum(tf.shape(inputs[0])[0], tf.shape(labels)[0])
 
     pad = tf.constant(PAD_ID, tf.int32)
+    links = (tf.constant(0.0),) if len(examples.element_spec) == 3 else ()
     return examples.bucket_by_sequence_length(
         length,
         bucket_boundaries=[n + 1 for n in lengths],
         # One more size for lengths > the last boundary, which the length filter excludes.
         bucket_batch_sizes=[*sizes, sizes[-1]],
-        padding_values=((pad, pad), pad),
+        padding_values=((pad, pad), pad, *links),
         pad_to_bucket_boundary=True,
         drop_remainder=drop_remainder,
     )
@@ -349,6 +378,7 @@ def train_dataset(
     sampler: SubwordSampler | None = None,
     reverse_target: bool = False,
     token_cache=None,
+    word_links: tf.data.Dataset | None = None,
 ) -> tf.data.Dataset:
     """The training pipeline: shuffle, repeat, tokenize, filter, batch by length (§5.1).
 
@@ -381,18 +411,27 @@ def train_dataset(
             `token_cache.open_or_build`): the same batches as from `pairs`; its
             `max_length` must be this one (its filter is applied already), and it does
             not go with `sampler` (which needs the text).
+        word_links: guided alignment: a dataset of one Pharaoh line per pair of `pairs`,
+            in their order (:mod:`tfxformer.data.alignments`); each batch then has a third
+            element, its (B, L, L) float32 piece links (not with a `token_cache`).
 
     Returns:
-        dataset of `((source_ids, decoder_input_ids), labels)`, int32 `(B, L)` each.
+        dataset of `((source_ids, decoder_input_ids), labels)`, int32 `(B, L)` each (and
+        the (B, L, L) links with `word_links`).
 
     Raises:
-        ValueError: a token budget too small for the longest bucket, or a `token_cache`
-            of another `max_length` or with a `sampler`.
+        ValueError: a token budget too small for the longest bucket, a `token_cache`
+            of another `max_length` or with a `sampler` or `word_links`.
     """
+    if token_cache is not None and word_links is not None:
+        raise ValueError("A token cache holds no word links: read the pairs (`pairs`) "
+                         "with `word_links`.")
     order = dict(shuffle_buffer=shuffle_buffer, seed=seed, repeat=repeat)
     if token_cache is not None:
         examples = _cached_examples(token_cache, max_length, sampler, reverse_target, order)
     bucket_plan(batch_tokens, max_length, num_replicas, bucket_step)  # errors first
+    if word_links is not None:
+        pairs = tf.data.Dataset.zip(pairs, word_links).map(lambda pair, links: (*pair, links))
     if token_cache is None:
         examples = tokenize_pairs(order_for_training(pairs, **order), tokenizer,
                                   max_length=max_length, max_line_bytes=max_line_bytes,

@@ -286,6 +286,14 @@ def attention_weights(q, k, mask=None):
     return tf.nn.softmax(scores, axis=-1)
 
 
+def head_average(weights, heads=0):
+    """(B, H, T, S) attention weights -> (B, T, S) float32, the mean of the first `heads`
+    heads (0: all): what word alignments read, and what guided alignment supervises
+    (:func:`tfxformer.losses.guided_alignment_nll`)."""
+    weights = tf.cast(weights, tf.float32)
+    return tf.reduce_mean(weights if not heads else weights[:, :heads], axis=1)
+
+
 def _as_bool(mask):
     return None if mask is None else tf.cast(mask, tf.bool)
 

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from tfxformer import checks, pretrained
 from tfxformer.config import PRESETS, ModelConfig, get_preset
+from tfxformer.layers.attention import head_average
 from tfxformer.layers.decoder import Decoder
 from tfxformer.layers.embedding import SharedEmbedding
 from tfxformer.layers.encoder import Encoder
@@ -134,19 +135,25 @@ class Transformer(keras.Model):
                             memory_padding_mask=source_mask,
                             return_attention_scores=return_attention_scores, training=training)
 
-    def cross_attention(self, target_ids, memory, source_mask, layer=-2):
+    def cross_attention(self, target_ids, memory, source_mask, layer=None, heads=None):
         """Teacher-forced: (B, T) decoder inputs -> the (B, T, S) float32 encoder–decoder
         attention (§3.2.3) of decoder layer `layer` (0 the bottom; negative counts from
-        the top, -2 the penultimate), averaged over its heads. Only the layers up to
-        `layer` run. What word alignments read (:mod:`tfxformer.serving.alignment`)."""
+        the top, -2 the penultimate), averaged over its first `heads` heads (0: all).
+        None takes the model's `alignment_layer` / `alignment_heads` (:class:`ModelConfig`:
+        a model trained with guided alignment reads its supervised head). Only the layers
+        up to `layer` run. What word alignments read (:mod:`tfxformer.serving.alignment`)."""
+        config = self.model_config
+        layer = config.alignment_layer if layer is None else layer
+        heads = config.alignment_heads if heads is None else heads
         stack = self.decoder.stack
         index = checks.integer(layer, "layer", -len(stack), len(stack) - 1) % len(stack)
+        heads = checks.integer(heads, "heads", 0, config.num_heads)
         x = self.embed(target_ids)
         for block in stack[:index]:
             x = block(x, memory, memory_padding_mask=source_mask)
         _, weights = stack[index](x, memory, memory_padding_mask=source_mask,
                                   return_attention_scores=True)
-        return tf.reduce_mean(weights["cross"], axis=1)
+        return head_average(weights["cross"], heads)
 
     def init_cache(self, memory, cache_length=None, batch_size=None):
         """Decoder cache of `cache_length` target positions (for `static_cache=True`

@@ -11,8 +11,10 @@ so the indices are those of `text.split()` on both sides. A word pair is listed 
 The result is a Pharaoh string per hypothesis: "i-j" pairs (source word i, target word j,
 0-based) separated by spaces, sorted by i then j ("" for an empty hypothesis). A
 right-to-left model's pieces are put back in reading order first: its alignments read as
-any other's. Which layer aligns best is measured in bench/README.md ("Markup"); the
-default is the penultimate layer (`DEFAULT_LAYER`).
+any other's. Which layer aligns best is measured in bench/STUDIES.md ("Alignment layer");
+each model reads its own `alignment_layer` and `alignment_heads`
+(:class:`tfxformer.config.ModelConfig`: by default the penultimate layer, all heads; a
+model trained with guided alignment, its supervised head).
 
 Shapes: N texts, K hypotheses per text, R hypotheses aligned, B rows of one chunk, S
 source pieces, T target pieces.
@@ -32,11 +34,10 @@ from tfxformer.serving.markup import put_back
 from tfxformer.serving.reading import strip_controls
 from tfxformer.serving.text import CHARS_PER_TOKEN, sanitize_utf8
 
-__all__ = ["DEFAULT_LAYER", "WORD_START", "align_rows", "nbest_alignments", "pharaoh",
+__all__ = ["WORD_START", "align_rows", "nbest_alignments", "pharaoh",
            "place_phrases", "restore_markup", "text_alignments", "translator_alignments",
            "word_index"]
 
-DEFAULT_LAYER = -2  # the penultimate decoder layer
 WORD_START = "▁"  # SentencePiece's marker of a piece that begins a word
 _SHIFT = 2 ** 20  # word indices below it: a word pair packed in one int64 key
 _PLACEMENT_CHUNK = 16  # rows decoded at once to place constraints: (16, T, V) logits
@@ -67,12 +68,12 @@ def pharaoh(source_words, target_words, real):
 
 
 def _cross_attention(model, source_ids, decoder_inputs, layer):
-    """(B, T, S) one member's head-averaged attention of `layer`."""
+    """(B, T, S) one member's alignment attention (of `layer`; None: its own)."""
     memory, source_mask = model_calls.encode(model, source_ids)
     return model.cross_attention(decoder_inputs, memory, source_mask, layer)
 
 
-def align_rows(model, source_ids, target_ids, tokenizer, layer=DEFAULT_LAYER,
+def align_rows(model, source_ids, target_ids, tokenizer, layer=None,
                reverse_target=False, source_first=None):
     """One chunk's alignments: (B, S) source ids (pieces, EOS, PAD after), (B, T) target
     ids as the model reads them (pieces, EOS, PAD after; a right-to-left model's pieces
@@ -101,7 +102,7 @@ def align_rows(model, source_ids, target_ids, tokenizer, layer=DEFAULT_LAYER,
 
 
 def nbest_alignments(model, codec, source, translations, tokenizer, chunk_size,
-                     max_output_tokens, layer=DEFAULT_LAYER, source_first=None):
+                     max_output_tokens, layer=None, source_first=None):
     """(N, K) Pharaoh strings of the (N, K) `translations` of N texts read as `source`
     (:class:`tfxformer.serving.text.Source`), "" for an empty one. Each hypothesis is
     read back into pieces by `codec` (:meth:`tfxformer.serving.text.TextCodec.to_target`,

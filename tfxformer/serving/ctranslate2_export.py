@@ -132,7 +132,9 @@ def build_spec(model: ModelConfig, weights: dict, pieces):
                          f"{pieces[:4]}.")
     spec = transformer_spec.TransformerSpec.from_config(
         model.num_layers, model.num_heads, pre_norm=model.norm_first,
-        no_final_norm=not model.norm_first, activation=ctranslate2.specs.Activation.RELU)
+        no_final_norm=not model.norm_first, activation=ctranslate2.specs.Activation.RELU,
+        alignment_layer=model.alignment_layer,  # what its return_attention reads, as ours
+        alignment_heads=model.alignment_heads or model.num_heads)
     spec.config.layer_norm_epsilon = float(model.layer_norm_epsilon)
     embeddings = _weight(weights, "shared_embedding/embeddings")
     table = _position_table(model, weights)

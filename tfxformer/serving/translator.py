@@ -17,7 +17,7 @@ from tfxformer.decoding.ensemble import check_members, members
 from tfxformer.decoding.scoring import score_ragged
 from tfxformer.decoding.shortlist import check_table
 from tfxformer.serving import search
-from tfxformer.serving.alignment import DEFAULT_LAYER, restore_markup
+from tfxformer.serving.alignment import restore_markup
 from tfxformer.serving.inputs import (
     EXAMPLE_OPTION_SPECS,
     OPTION_SPECS,
@@ -114,8 +114,10 @@ class Translator(tf.Module):
             step, one program per padded shape); 0 (the default here; exports default
             to :data:`tfxformer.serving.compiled.DEFAULT_MAX_BATCH`) turns it off.
         alignment_layer: the decoder layer whose encoder–decoder attention gives
-            `translate_nbest`'s word alignments (negative: from the top; default -2, the
-            penultimate; :mod:`tfxformer.serving.alignment`).
+            `translate_nbest`'s word alignments (negative: from the top); None (default):
+            the model's own (`ModelConfig.alignment_layer` and `alignment_heads`: the
+            penultimate layer, or a guided-alignment model's supervised head;
+            :mod:`tfxformer.serving.alignment`).
         markup: a text with inline markup (tags, entities, placeholders) is translated
             without it and gets it back around the aligned words
             (:mod:`tfxformer.serving.markup`, docs/markup.md); False reads it as text.
@@ -154,9 +156,10 @@ class Translator(tf.Module):
                  extra_length=None, max_batch_size=None, max_input_tokens=None,
                  max_output_tokens=None, name="translator", shortlist=None, stopping=None,
                  length_normalization=None, reverse_target=False, xla_max_batch=0,
-                 reading=None, alignment_layer=DEFAULT_LAYER, markup=True):
+                 reading=None, alignment_layer=None, markup=True):
         super().__init__(name=name)
-        self.alignment_layer = checks.integer(alignment_layer, "alignment_layer")
+        self.alignment_layer = checks.integer(alignment_layer, "alignment_layer",
+                                              allow_none=True)
         self.codec = TextCodec(sentencepiece_model, reverse_target, reading=reading,
                                markup=markup)
         self.reading = self.codec.reading
