@@ -105,9 +105,9 @@ class Trainer:
             raise ValueError(f"alignment_weight must be >= 0 and goes without R-Drop, got "
                              f"{alignment_weight} (r_drop {r_drop}).")
         self.alignment_weight = float(alignment_weight)
-        # tensors of one replica's batch: source, decoder input, labels (and links)
-        self._tensors = 4 if self.alignment_weight else 3
+        # one replica's batch: source, decoder input, labels (and links)
         self._batch_spec = BATCH_SPEC + (_LINKS,) if self.alignment_weight else BATCH_SPEC
+        self._tensors = len(tf.nest.flatten(self._batch_spec))
         self.fused_loss = bool(fused_loss) and not self.r_drop
         # XLA: one chunk, no loop (see fused_label_smoothed_nll's chunk_elements).
         self._chunk_elements = None if jit_compile else FUSED_CHUNK_ELEMENTS

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfxformer.data.alignments import WORD_START  # the piece that begins a word
 from tfxformer.decoding import model_calls
 from tfxformer.decoding.chunking import decode_in_chunks
 from tfxformer.decoding.ensemble import members
@@ -38,7 +39,6 @@ __all__ = ["WORD_START", "align_rows", "nbest_alignments", "pharaoh",
            "place_phrases", "restore_markup", "text_alignments", "translator_alignments",
            "word_index"]
 
-WORD_START = "▁"  # SentencePiece's marker of a piece that begins a word
 _SHIFT = 2 ** 20  # word indices below it: a word pair packed in one int64 key
 _PLACEMENT_CHUNK = 16  # rows decoded at once to place constraints: (16, T, V) logits
 
